@@ -1,0 +1,79 @@
+//! Per-message cost of a handler call (instantiate + call + drop).
+//!
+//! `cargo bench -p worker-host --bench plugin`
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use worker_host::plugin::{Answer, Input, Limits, Meta, PublishPolicy, Runtime, RuntimeConfig};
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/fixtures/{name}.wat", env!("CARGO_MANIFEST_DIR"));
+    wat::parse_file(path).expect("fixture parses")
+}
+
+fn input(body: Vec<u8>) -> Arc<Input> {
+    Arc::new(Input {
+        body: body.into(),
+        meta: Meta {
+            routing_key: "bench".into(),
+            queue: "bench".into(),
+            attempt: 1,
+            ..Meta::default()
+        },
+        config_json: Arc::from("{}"),
+        publish: Arc::new(PublishPolicy::default()),
+    })
+}
+
+fn per_message(c: &mut Criterion) {
+    let runtime = Runtime::new(&RuntimeConfig {
+        max_instances: 16,
+        max_memory: 64 << 20,
+    })
+    .expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let limits = Limits {
+        timeout: Duration::from_secs(10),
+        memory_limit: 64 << 20,
+    };
+
+    let ok = runtime.load_bytes("ok.wasm", &fixture("ok")).expect("ok loads");
+    let body_1k = runtime
+        .load_bytes("body_1k.wasm", &fixture("body_1k"))
+        .expect("body_1k loads");
+    let empty = input(Vec::new());
+    let kib = input(vec![7u8; 1024]);
+
+    let mut group = c.benchmark_group("handle");
+    group.bench_function("ok", |b| {
+        b.to_async(&rt).iter(|| async {
+            let inv = ok.handle(empty.clone(), &limits).await;
+            debug_assert_eq!(inv.answer, Ok(Answer::Ok));
+            inv
+        })
+    });
+    group.bench_function("read_1k_body", |b| {
+        b.to_async(&rt).iter(|| async {
+            let inv = body_1k.handle(kib.clone(), &limits).await;
+            debug_assert_eq!(inv.answer, Ok(Answer::Ok));
+            inv
+        })
+    });
+    group.finish();
+
+    // The alternative design (sync calls on the blocking pool) pays at least
+    // this hand-off per message on top of instantiate + call.
+    c.bench_function("spawn_blocking_round_trip", |b| {
+        b.to_async(&rt)
+            .iter(|| async { tokio::task::spawn_blocking(|| 1u32).await.expect("join") })
+    });
+}
+
+criterion_group!(benches, per_message);
+criterion_main!(benches);

@@ -1,0 +1,130 @@
+//! Command-line arguments (SPEC section 6).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Runs RabbitMQ consumers as sandboxed WebAssembly plugins.
+#[derive(Debug, Parser)]
+#[command(name = "worker-host", version, about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WORKER_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The config file option every command takes.
+#[derive(Debug, Args)]
+pub struct ConfigArg {
+    /// The config file.
+    #[arg(short = 'c', long = "config", default_value = "worker.toml")]
+    pub path: PathBuf,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service; SIGTERM/SIGINT drain in-flight work, then exit 0.
+    Run(ConfigArg),
+    /// Validate the config and compile every plugin.
+    Check(ConfigArg),
+    /// Print what would be declared; --apply declares it.
+    Topology {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Declare it on the broker.
+        #[arg(long)]
+        apply: bool,
+    },
+    /// Publish one message (persistent, confirmed).
+    Publish(PublishArgs),
+    /// Inspect or replay parked messages.
+    Failed {
+        #[command(subcommand)]
+        command: FailedCommand,
+    },
+    /// Create a new Rust plugin crate in the plugins folder.
+    NewPlugin {
+        /// The plugin's name (letters, digits, '-' and '_').
+        name: String,
+        /// Where to create it.
+        #[arg(long, default_value = "plugins")]
+        dir: PathBuf,
+    },
+}
+
+/// `publish` arguments.
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Target exchange.
+    #[arg(long)]
+    pub exchange: String,
+    /// Routing key.
+    #[arg(long)]
+    pub routing_key: String,
+    /// Deliver after this delay (needs [delay] in the config), e.g. "10s".
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub delay: Option<std::time::Duration>,
+    /// A header, `name=value`; repeatable.
+    #[arg(long = "header", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+    /// The body as text.
+    #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+    pub body: Option<String>,
+    /// Read the body from a file.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Message id (default: a fresh random id).
+    #[arg(long)]
+    pub message_id: Option<String>,
+    /// Content type.
+    #[arg(long)]
+    pub content_type: Option<String>,
+}
+
+/// `failed` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum FailedCommand {
+    /// Print parked messages, one JSON object per line, without removing them.
+    List {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The subscription queue (not the @failed one).
+        #[arg(long)]
+        queue: String,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Move parked messages back to their queue alone; prints how many.
+    Replay {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The subscription queue (not the @failed one).
+        #[arg(long)]
+        queue: String,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("expected name=value, got {s:?}")),
+    }
+}

@@ -1,0 +1,132 @@
+//! The one-shot commands: check, topology, publish, failed, new-plugin.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use lapin::BasicProperties;
+use lapin::options::ConfirmSelectOptions;
+use lapin::types::FieldTable;
+
+use crate::broker;
+use crate::cli::{Command, PublishArgs};
+use crate::config::Config;
+use crate::consumer::publish_confirmed;
+use crate::outcome;
+use crate::service;
+use crate::topology::Plan;
+
+/// Loads and validates the config, printing its warnings to stderr.
+pub fn load_config(path: &Path) -> anyhow::Result<Config> {
+    let (config, warnings) = Config::load(path)?;
+    for warning in &warnings {
+        eprintln!("{warning}");
+    }
+    Ok(config)
+}
+
+/// Runs every command but `run`.
+pub async fn dispatch(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Run(_) => unreachable!("main runs the service itself"),
+        Command::Check(args) => check(&args.path).await,
+        Command::Topology { config, apply } => topology(&config.path, apply).await,
+        Command::Publish(args) => publish(args).await,
+        Command::Failed { command } => crate::failed::run(command).await,
+        Command::NewPlugin { name, dir } => {
+            let path = crate::scaffold::new_plugin(&dir, &name)?;
+            println!("created {}", path.display());
+            Ok(())
+        }
+    }
+}
+
+/// Validates the config and compiles every plugin, reporting every bad plugin at once.
+async fn check(path: &Path) -> anyhow::Result<()> {
+    let config = load_config(path)?;
+    let runtime = service::runtime_for(&config)?;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut problems = Vec::new();
+    for sub in &config.subscriptions {
+        if !seen.insert(sub.plugin_path.clone()) {
+            continue;
+        }
+        match service::load_plugin(&runtime, &sub.plugin_path).await {
+            Ok(plugin) => println!("plugin {} ok (sha256 {})", plugin.name(), plugin.short_sha()),
+            Err(err) => problems.push(format!("{err:#}")),
+        }
+    }
+    if !problems.is_empty() {
+        anyhow::bail!("{}", problems.join("\n"));
+    }
+    println!(
+        "{}: ok ({} subscriptions, {} plugins)",
+        config.path.display(),
+        config.subscriptions.len(),
+        seen.len()
+    );
+    Ok(())
+}
+
+async fn topology(path: &Path, apply: bool) -> anyhow::Result<()> {
+    let config = load_config(path)?;
+    let plan = Plan::from_config(&config);
+    print!("{plan}");
+    if apply {
+        let conn = broker::connect_once(&config.broker.urls, "worker-host topology").await?;
+        plan.declare(&conn).await?;
+        let _ = conn.close(200, "done".into()).await;
+        println!("declared.");
+    }
+    Ok(())
+}
+
+async fn publish(args: PublishArgs) -> anyhow::Result<()> {
+    let config = load_config(&args.config.path)?;
+    let body = match (&args.body, &args.file) {
+        (Some(body), _) => body.clone().into_bytes(),
+        (None, Some(file)) => {
+            std::fs::read(file).with_context(|| format!("reading {}", file.display()))?
+        }
+        (None, None) => anyhow::bail!("give --body or --file"),
+    };
+    let mut headers = FieldTable::default();
+    for (name, value) in &args.headers {
+        headers.insert(name.as_str().into(), outcome::text(value));
+    }
+    let message_id = args
+        .message_id
+        .clone()
+        .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
+    let mut props = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_message_id(message_id.as_str().into())
+        .with_headers(headers)
+        .with_timestamp(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        );
+    if let Some(ct) = &args.content_type {
+        props = props.with_content_type(ct.as_str().into());
+    }
+    let conn = broker::connect_once(&config.broker.urls, "worker-host publish").await?;
+    let channel = Arc::new(conn.create_channel().await?);
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    match args.delay {
+        Some(delay) => {
+            crate::delay::publish(&config, &channel, &args.exchange, &args.routing_key, &body, props, delay)
+                .await?
+        }
+        None => {
+            publish_confirmed(&channel, &args.exchange, &args.routing_key, &body, props, false)
+                .await?
+        }
+    }
+    let _ = conn.close(200, "done".into()).await;
+    println!("published {message_id}");
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! worker.toml: what the user may write (SPEC section 2), parsed in two passes — serde with
+//! validating newtypes (syntax and single values, with toml's line and column), then one pass
+//! over the whole file that reports every cross-field problem at once.
+
+mod error;
+mod raw;
+mod units;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use error::{ConfigError, Location, Problem, Warning};
+pub use units::MAX_NAME_BYTES;
+
+/// The environment variable that replaces `[broker] url` / `urls`.
+pub const BROKER_URL_ENV: &str = "WORKER_BROKER_URL";
+
+/// A validated worker.toml.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from (as given, not canonicalized).
+    pub path: PathBuf,
+    pub broker: Broker,
+    pub exchanges: Exchanges,
+    pub plugins: Plugins,
+    pub admin: Option<Admin>,
+    pub subscriptions: Vec<Subscription>,
+    /// `[[exchange]]` tables.
+    pub exchanges_extra: Vec<ExchangeDecl>,
+    /// `[[queue]]` tables.
+    pub queues_extra: Vec<QueueDecl>,
+    pub delay: Option<DelayConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broker {
+    /// Cluster nodes, tried in turn; after the `WORKER_BROKER_URL` override; never empty.
+    pub urls: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchanges {
+    pub master: String,
+    pub retry: String,
+    pub failed: String,
+}
+
+impl Default for Exchanges {
+    fn default() -> Self {
+        Exchanges {
+            master: "master".into(),
+            retry: "master.retry".into(),
+            failed: "master.failed".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plugins {
+    /// Resolved against the folder of worker.toml.
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    pub listen: SocketAddr,
+}
+
+/// One consumed queue and the plugin that handles its messages, with defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Subscription {
+    pub queue: String,
+    /// The file name as written, e.g. `user_monitor.wasm`.
+    pub plugin: String,
+    /// `plugins.dir` joined with `plugin`.
+    pub plugin_path: PathBuf,
+    /// Where `bindings` apply; `exchanges.master` unless set.
+    pub exchange: String,
+    pub bindings: Vec<String>,
+    pub prefetch: u16,
+    pub concurrency: u32,
+    pub max_retries: u32,
+    /// Never empty.
+    pub retry_delays: Vec<RetryDelay>,
+    pub timeout: Duration,
+    /// Bytes of linear memory one plugin instance may grow to.
+    pub memory_limit: u64,
+    pub queue_type: QueueType,
+    /// Exchanges the plugin may publish to.
+    pub publish: Vec<String>,
+    /// `[subscription.config]` as JSON; `{}` when absent.
+    pub config: serde_json::Value,
+}
+
+/// One retry delay; the text is kept because it names the retry queue.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RetryDelay {
+    /// As written in worker.toml, e.g. `"30s"`.
+    pub text: String,
+    pub duration: Duration,
+}
+
+impl Subscription {
+    /// Where failed messages wait for a person: `Q@failed`.
+    pub fn failed_queue(&self) -> String {
+        failed_queue_name(&self.queue)
+    }
+
+    /// The queue that holds a retry for `delay`: `Q@retry.<delay as written>`.
+    pub fn retry_queue_name(&self, delay: &RetryDelay) -> String {
+        retry_queue_name(&self.queue, &delay.text)
+    }
+
+    /// Retry `n` (1-based) waits `retry_delays[min(n, len) - 1]`; `n = 0` is treated as 1.
+    pub fn delay_for_retry(&self, n: u32) -> &RetryDelay {
+        let len = self.retry_delays.len();
+        let index = (n.max(1) as usize).min(len).saturating_sub(1);
+        &self.retry_delays[index]
+    }
+
+    /// The distinct retry delays (by text), in the order written: one retry queue each.
+    pub fn distinct_retry_delays(&self) -> Vec<&RetryDelay> {
+        let mut seen = std::collections::HashSet::new();
+        self.retry_delays
+            .iter()
+            .filter(|d| seen.insert(d.text.as_str()))
+            .collect()
+    }
+}
+
+/// `Q@failed`.
+pub fn failed_queue_name(queue: &str) -> String {
+    format!("{queue}@failed")
+}
+
+/// `Q@retry.<delay text>`.
+pub fn retry_queue_name(queue: &str, delay_text: &str) -> String {
+    format!("{queue}@retry.{delay_text}")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueType {
+    #[default]
+    Classic,
+    Quorum,
+}
+
+impl QueueType {
+    /// The value of the `x-queue-type` argument.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueType::Classic => "classic",
+            QueueType::Quorum => "quorum",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExchangeType {
+    Direct,
+    Topic,
+    Fanout,
+    Headers,
+}
+
+impl ExchangeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeType::Direct => "direct",
+            ExchangeType::Topic => "topic",
+            ExchangeType::Fanout => "fanout",
+            ExchangeType::Headers => "headers",
+        }
+    }
+}
+
+/// An `[[exchange]]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangeDecl {
+    pub name: String,
+    pub kind: ExchangeType,
+    pub durable: bool,
+}
+
+/// A `[[queue]]` table: plain topology the subscriptions do not cover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDecl {
+    pub name: String,
+    pub durable: bool,
+    pub message_ttl: Option<Duration>,
+    /// `""` is the default exchange (dead-letter straight to the queue named by the key).
+    pub dead_letter_exchange: Option<String>,
+    pub dead_letter_routing_key: Option<String>,
+    pub max_length: Option<u64>,
+    pub queue_type: QueueType,
+    pub bindings: Vec<BindingDecl>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingDecl {
+    pub exchange: String,
+    pub key: String,
+}
+
+/// `[delay]`: arbitrary-delay delivery over `levels` binary TTL levels (SPEC section 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DelayConfig {
+    pub levels: u8,
+}
+
+impl Config {
+    /// Reads `path` and applies `WORKER_BROKER_URL` when it is set and not empty.
+    pub fn load(path: &Path) -> Result<(Config, Vec<Warning>), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let env_url = std::env::var(BROKER_URL_ENV).ok().filter(|u| !u.is_empty());
+        validate::parse(&text, path, env_url.as_deref())
+    }
+
+    /// Parses `text` as if read from `path` (plugins.dir and plugin files resolve against its
+    /// folder); ignores the environment.
+    pub fn parse(text: &str, path: &Path) -> Result<(Config, Vec<Warning>), ConfigError> {
+        validate::parse(text, path, None)
+    }
+
+    /// The subscription consuming `queue`.
+    pub fn subscription(&self, queue: &str) -> Option<&Subscription> {
+        self.subscriptions.iter().find(|s| s.queue == queue)
+    }
+
+    /// Whether this file declares `exchange` (master, retry, failed or an `[[exchange]]`).
+    pub fn declares_exchange(&self, exchange: &str) -> bool {
+        exchange == self.exchanges.master
+            || exchange == self.exchanges.retry
+            || exchange == self.exchanges.failed
+            || self.exchanges_extra.iter().any(|e| e.name == exchange)
+    }
+}

@@ -1,0 +1,152 @@
+//! worker.toml exactly as written: serde structs that refuse unknown keys and keep the spans the
+//! second pass (validate.rs) needs to point at a line.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::units::{
+    BrokerUrl, ByteSize, Concurrency, DelayLevels, DurationText, MaxLength, MaxRetries, Name,
+    Prefetch, RoutingKey,
+};
+use super::{ExchangeType, QueueType};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub broker: Option<RawBroker>,
+    pub exchanges: Option<RawExchanges>,
+    pub plugins: Option<RawPlugins>,
+    pub admin: Option<RawAdmin>,
+    pub defaults: Option<RawSettings>,
+    #[serde(default, rename = "subscription")]
+    pub subscriptions: Vec<RawSubscription>,
+    #[serde(default, rename = "exchange")]
+    pub exchanges_extra: Vec<RawExchange>,
+    #[serde(default, rename = "queue")]
+    pub queues_extra: Vec<RawQueue>,
+    pub delay: Option<RawDelay>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBroker {
+    pub url: Option<Spanned<BrokerUrl>>,
+    pub urls: Option<Spanned<Vec<BrokerUrl>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExchanges {
+    pub master: Option<Spanned<Name>>,
+    pub retry: Option<Spanned<Name>>,
+    pub failed: Option<Spanned<Name>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPlugins {
+    pub dir: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub listen: SocketAddrText,
+}
+
+/// `std::net::SocketAddr` with an error message that shows the expected form.
+#[derive(Debug)]
+pub struct SocketAddrText(pub std::net::SocketAddr);
+
+impl<'de> Deserialize<'de> for SocketAddrText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map(SocketAddrText).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "expected an IP address and port like \"127.0.0.1:9464\", got {text:?}"
+            ))
+        })
+    }
+}
+
+/// The per-subscription settings `[defaults]` may set.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSettings {
+    pub exchange: Option<Spanned<Name>>,
+    pub prefetch: Option<Prefetch>,
+    pub concurrency: Option<Concurrency>,
+    pub max_retries: Option<MaxRetries>,
+    pub retry_delays: Option<Spanned<Vec<DurationText>>>,
+    pub timeout: Option<DurationText>,
+    pub memory_limit: Option<Spanned<ByteSize>>,
+    pub queue_type: Option<QueueType>,
+    pub publish: Option<Vec<Spanned<Name>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSubscription {
+    pub queue: Spanned<Name>,
+    pub plugin: Spanned<String>,
+    #[serde(default)]
+    pub bindings: Vec<RoutingKey>,
+    pub config: Option<toml::Table>,
+    // The same keys as RawSettings: serde's flatten would disable deny_unknown_fields.
+    pub exchange: Option<Spanned<Name>>,
+    pub prefetch: Option<Prefetch>,
+    pub concurrency: Option<Concurrency>,
+    pub max_retries: Option<MaxRetries>,
+    pub retry_delays: Option<Spanned<Vec<DurationText>>>,
+    pub timeout: Option<DurationText>,
+    pub memory_limit: Option<Spanned<ByteSize>>,
+    pub queue_type: Option<QueueType>,
+    pub publish: Option<Vec<Spanned<Name>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExchange {
+    pub name: Spanned<Name>,
+    #[serde(rename = "type")]
+    pub kind: ExchangeType,
+    #[serde(default = "yes")]
+    pub durable: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawQueue {
+    pub name: Spanned<Name>,
+    #[serde(default = "yes")]
+    pub durable: bool,
+    pub message_ttl: Option<Spanned<DurationText>>,
+    pub dead_letter_exchange: Option<Spanned<String>>,
+    pub dead_letter_routing_key: Option<Spanned<RoutingKey>>,
+    pub max_length: Option<MaxLength>,
+    pub queue_type: Option<Spanned<QueueType>>,
+    #[serde(default)]
+    pub bindings: Vec<RawBinding>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBinding {
+    pub exchange: Spanned<String>,
+    #[serde(default = "empty_key")]
+    pub key: RoutingKey,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDelay {
+    pub levels: DelayLevels,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn empty_key() -> RoutingKey {
+    RoutingKey(String::new())
+}

@@ -1,0 +1,293 @@
+//! The second pass: turns a `RawConfig` into a `Config`, applying defaults and collecting every
+//! cross-field problem (and warning) at once, each pointed at the line it is about.
+
+mod subscription;
+mod topology;
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::error::{ConfigError, Location, Problem, Warning};
+use super::raw::{RawConfig, RawQueue, RawSettings, RawSubscription};
+use super::units::{DurationText, MAX_NAME_BYTES, Name};
+use super::{
+    Admin, BindingDecl, Broker, Config, DelayConfig, ExchangeDecl, Exchanges, Plugins, QueueDecl,
+    QueueType, RetryDelay, Subscription,
+};
+
+/// RabbitMQ refuses a TTL above ten years (in milliseconds).
+pub const MAX_TTL: Duration = Duration::from_millis(315_360_000_000);
+
+const DEFAULT_PREFETCH: u16 = 16;
+const DEFAULT_CONCURRENCY: u32 = 4;
+const DEFAULT_MAX_RETRIES: u32 = 3;
+const DEFAULT_RETRY_DELAY: &str = "30s";
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_MEMORY_LIMIT: u64 = 64 << 20;
+/// One wasm page; a plugin cannot run in less.
+const MIN_MEMORY_LIMIT: u64 = 64 << 10;
+/// The whole 32-bit address space of a wasm32 module.
+const MAX_MEMORY_LIMIT: u64 = 4 << 30;
+
+pub fn parse(
+    text: &str,
+    path: &Path,
+    env_url: Option<&str>,
+) -> Result<(Config, Vec<Warning>), ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|err| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        problems: vec![Problem {
+            location: err.span().map(|span| Location::from_span(text, span)),
+            message: err.message().trim_end().to_string(),
+        }],
+    })?;
+    let mut checker = Checker {
+        text,
+        path,
+        problems: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let config = checker.build(raw, env_url);
+    // In file order, whichever check found them; problems without a place first.
+    checker
+        .problems
+        .sort_by_key(|p| p.location.as_ref().map(|l| (l.line, l.column)));
+    checker
+        .warnings
+        .sort_by_key(|w| w.location.as_ref().map(|l| (l.line, l.column)));
+    if checker.problems.is_empty() {
+        Ok((config, checker.warnings))
+    } else {
+        Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            problems: checker.problems,
+        })
+    }
+}
+
+struct Checker<'a> {
+    text: &'a str,
+    path: &'a Path,
+    problems: Vec<Problem>,
+    warnings: Vec<Warning>,
+}
+
+/// Who claims a queue name, for the clash check.
+struct Claim {
+    what: String,
+    span: Option<Range<usize>>,
+    /// Written by the user (can be renamed), as opposed to derived from a subscription.
+    explicit: bool,
+}
+
+impl Checker<'_> {
+    fn error(&mut self, span: Option<Range<usize>>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            location: span.map(|s| Location::from_span(self.text, s)),
+            message: message.into(),
+        });
+    }
+
+    fn warn(&mut self, span: Option<Range<usize>>, message: impl Into<String>) {
+        self.warnings.push(Warning {
+            path: self.path.to_path_buf(),
+            location: span.map(|s| Location::from_span(self.text, s)),
+            message: message.into(),
+        });
+    }
+
+    /// `" at line N"`, or nothing without a span.
+    fn at_line(&self, span: &Option<Range<usize>>) -> String {
+        match span {
+            Some(s) => format!(
+                " at line {}",
+                Location::from_span(self.text, s.clone()).line
+            ),
+            None => String::new(),
+        }
+    }
+
+    /// Names RabbitMQ reserves for itself cannot be declared.
+    fn check_declarable(&mut self, name: &Spanned<Name>, what: &str) {
+        if name.get_ref().0.starts_with("amq.") {
+            self.error(
+                Some(name.span()),
+                format!(
+                    "{what} \"{}\" starts with \"amq.\", which RabbitMQ reserves for itself",
+                    name.get_ref().0
+                ),
+            );
+        }
+    }
+
+    fn build(&mut self, mut raw: RawConfig, env_url: Option<&str>) -> Config {
+        let broker = self.broker(&raw, env_url);
+        let exchanges = self.exchanges(&raw);
+        let plugins = self.plugins(&raw);
+        let admin = raw.admin.as_ref().map(|a| Admin { listen: a.listen.0 });
+
+        let exchanges_extra = self.exchanges_extra(&raw, &exchanges);
+        let declared = |name: &str| {
+            name == exchanges.master
+                || name == exchanges.retry
+                || name == exchanges.failed
+                || exchanges_extra
+                    .iter()
+                    .any(|e: &ExchangeDecl| e.name == name)
+        };
+
+        let defaults = raw.defaults.take().unwrap_or_default();
+        let mut subscriptions = Vec::new();
+        for sub in &raw.subscriptions {
+            subscriptions.push(self.subscription(sub, &defaults, &exchanges, &plugins, &declared));
+        }
+        let mut queues_extra = Vec::new();
+        for queue in &raw.queues_extra {
+            queues_extra.push(self.queue(queue, &declared));
+        }
+        self.check_queue_names(&raw, &subscriptions);
+
+        Config {
+            path: self.path.to_path_buf(),
+            broker,
+            exchanges,
+            plugins,
+            admin,
+            subscriptions,
+            exchanges_extra,
+            queues_extra,
+            delay: raw.delay.map(|d| DelayConfig { levels: d.levels.0 }),
+        }
+    }
+
+    fn broker(&mut self, raw: &RawConfig, env_url: Option<&str>) -> Broker {
+        let (url, urls) = match &raw.broker {
+            Some(b) => (b.url.as_ref(), b.urls.as_ref()),
+            None => (None, None),
+        };
+        if let (Some(_), Some(urls)) = (url, urls) {
+            self.error(
+                Some(urls.span()),
+                "expected either [broker] url or [broker] urls, not both",
+            );
+        }
+        if let Some(urls) = urls
+            && urls.get_ref().is_empty()
+        {
+            self.error(
+                Some(urls.span()),
+                "expected at least one broker URL in [broker] urls",
+            );
+        }
+        if let Some(env) = env_url {
+            if let Err(err) = super::units::BrokerUrl::check(env) {
+                self.error(None, format!("{}: {err}", super::BROKER_URL_ENV));
+            }
+            return Broker {
+                urls: vec![env.to_string()],
+            };
+        }
+        let urls: Vec<String> = match (url, urls) {
+            (Some(url), _) => vec![url.get_ref().0.clone()],
+            (None, Some(urls)) => urls.get_ref().iter().map(|u| u.0.clone()).collect(),
+            (None, None) => {
+                self.error(
+                    None,
+                    format!(
+                        "missing broker: expected [broker] url = \"amqp://...\" (or set {})",
+                        super::BROKER_URL_ENV
+                    ),
+                );
+                Vec::new()
+            }
+        };
+        Broker { urls }
+    }
+
+    fn exchanges(&mut self, raw: &RawConfig) -> Exchanges {
+        let mut out = Exchanges::default();
+        let Some(ex) = &raw.exchanges else {
+            return out;
+        };
+        let mut seen: Vec<(&str, Range<usize>)> = Vec::new();
+        for (key, value, slot) in [
+            ("master", &ex.master, &mut out.master),
+            ("retry", &ex.retry, &mut out.retry),
+            ("failed", &ex.failed, &mut out.failed),
+        ] {
+            let Some(value) = value else { continue };
+            *slot = value.get_ref().0.clone();
+            self.check_declarable(value, &format!("exchanges.{key}"));
+            seen.push((key, value.span()));
+        }
+        // Distinct roles need distinct exchanges, or retries would reach every subscriber.
+        let names = [&out.master, &out.retry, &out.failed];
+        let roles = ["master", "retry", "failed"];
+        for i in 0..3 {
+            for j in 0..i {
+                if names[i] == names[j] {
+                    let span = seen
+                        .iter()
+                        .find(|(k, _)| *k == roles[i])
+                        .map(|(_, s)| s.clone());
+                    self.error(
+                        span,
+                        format!(
+                            "expected exchanges.{} to differ from exchanges.{} (both are \"{}\")",
+                            roles[i], roles[j], names[i]
+                        ),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    fn plugins(&mut self, raw: &RawConfig) -> Plugins {
+        let base = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let dir_value = raw.plugins.as_ref().and_then(|p| p.dir.as_ref());
+        let dir = base.join(dir_value.map_or("plugins", |d| d.get_ref().as_str()));
+        if !dir.is_dir() {
+            self.error(
+                dir_value.map(|d| d.span()),
+                format!(
+                    "plugins.dir {} is not a folder (it is resolved against the folder of {})",
+                    dir.display(),
+                    self.path.display()
+                ),
+            );
+        }
+        Plugins { dir }
+    }
+}
+
+fn to_retry_delay(d: &DurationText) -> RetryDelay {
+    RetryDelay {
+        text: d.text.clone(),
+        duration: d.duration,
+    }
+}
+
+/// TOML to JSON for `[subscription.config]`: datetimes become RFC 3339 strings, non-finite
+/// floats become null (JSON has neither).
+fn toml_to_json(value: toml::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value {
+        toml::Value::String(s) => J::String(s),
+        toml::Value::Integer(i) => J::from(i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(f).map_or(J::Null, J::Number),
+        toml::Value::Boolean(b) => J::Bool(b),
+        toml::Value::Datetime(d) => J::String(d.to_string()),
+        toml::Value::Array(a) => J::Array(a.into_iter().map(toml_to_json).collect()),
+        toml::Value::Table(t) => {
+            J::Object(t.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect())
+        }
+    }
+}

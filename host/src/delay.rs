@@ -1,0 +1,494 @@
+//! Arbitrary-delay delivery (SPEC section 5): binary levels of fixed-TTL queues.
+//!
+//! A delay is rounded up to a whole number of [`GRANULARITY`] units and written in binary, most
+//! significant bit first, one word per bit: that is the routing key inside the delay topology.
+//! Bit `i` has a durable topic exchange and a durable queue, both named after the queue's TTL
+//! (`worker.delay.1s`, `worker.delay.250ms`, ...). The exchange of bit `i` routes keys whose bit
+//! `i` is 1 into its queue and keys whose bit `i` is 0 on to the exchange of bit `i - 1`; the
+//! queue expires its messages after its TTL and dead-letters them to that same next exchange.
+//! After bit 0 comes the `ready` exchange and queue, which the mover ([`Delayer::run_mover`])
+//! consumes, republishing each message to the exchange and routing key it was published for
+//! (kept in headers, so keys never grow and consumers see the original key). Each queue holds a
+//! single TTL, so a long delay never holds back a short one. See docs/delay.md.
+
+mod mover;
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use lapin::options::{
+    ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
+
+use crate::config::{Config, DelayConfig, ExchangeType};
+use crate::consumer::publish_confirmed;
+use crate::topology::{Arg, Destination, ExchangeSpec, Plan, QueueSpec};
+
+/// Default name prefix of everything the delay topology declares.
+pub const DEFAULT_PREFIX: &str = "worker.delay";
+/// Whole-second levels used when `[delay]` gives no `levels`.
+pub const DEFAULT_LEVELS: u8 = 28;
+/// The most whole-second levels: the top queue's TTL, 2^(levels-1) s, must stay within the 10
+/// years RabbitMQ accepts for `x-message-ttl`.
+pub const MAX_LEVELS: u8 = 29;
+/// Sub-second levels below the whole-second ones (500 ms, 250 ms, 125 ms).
+pub const FRACTION_BITS: u32 = 3;
+/// The smallest delay step; every delay is rounded up to a multiple of it, so none is early.
+pub const GRANULARITY: Duration = Duration::from_millis(1000 >> FRACTION_BITS);
+
+/// Header: the exchange a delayed message is for.
+pub const EXCHANGE_HEADER: &str = "x-delay-exchange";
+/// Header: the routing key a delayed message is for.
+pub const ROUTING_KEY_HEADER: &str = "x-delay-routing-key";
+/// Header: when the message is due, in milliseconds since the Unix epoch (for logs and metrics).
+pub const DUE_HEADER: &str = "x-delay-due-ms";
+/// Header on parked messages: why the mover could not deliver it.
+pub const ERROR_HEADER: &str = "x-delay-error";
+
+/// Persistent delivery mode.
+const PERSISTENT: u8 = 2;
+
+/// A delay request the topology cannot serve; a user error (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum DelayError {
+    /// `--delay` or `delay_ms` without `[delay]` in the config.
+    #[error("delayed delivery needs a [delay] table in {path} (e.g. `[delay]` with `levels = 28`)")]
+    NotConfigured { path: String },
+    /// Longer than the levels can express.
+    #[error(
+        "a delay of {asked} is beyond the maximum of {max} that [delay] levels = {levels} allows"
+    )]
+    TooLong {
+        asked: String,
+        max: String,
+        levels: u8,
+    },
+    /// `levels` outside 1..=MAX_LEVELS.
+    #[error(
+        "[delay] levels = {0} is out of range: 1 to {MAX_LEVELS} (RabbitMQ refuses a queue TTL \
+         above 10 years)"
+    )]
+    Levels(u8),
+}
+
+/// The delay topology of one config: its names, its routing keys, and how to use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delayer {
+    levels: u8,
+    prefix: String,
+}
+
+impl Delayer {
+    /// A topology with `levels` whole-second levels (plus [`FRACTION_BITS`] sub-second ones).
+    pub fn new(levels: u8) -> Result<Delayer, DelayError> {
+        if levels == 0 || levels > MAX_LEVELS {
+            return Err(DelayError::Levels(levels));
+        }
+        Ok(Delayer {
+            levels,
+            prefix: DEFAULT_PREFIX.to_string(),
+        })
+    }
+
+    /// The topology `config` asks for, or None without `[delay]`.
+    pub fn from_config(config: &Config) -> Result<Option<Delayer>, DelayError> {
+        config.delay.map(|d| Delayer::new(d.levels)).transpose()
+    }
+
+    /// Like [`Delayer::from_config`], but a missing `[delay]` is an error.
+    pub fn required(config: &Config) -> Result<Delayer, DelayError> {
+        Delayer::from_config(config)?.ok_or_else(|| DelayError::NotConfigured {
+            path: config.path.display().to_string(),
+        })
+    }
+
+    /// Uses another name prefix (tests use a unique one so they never share queues).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Delayer {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Whole-second levels.
+    pub fn levels(&self) -> u8 {
+        self.levels
+    }
+
+    /// Bits of an encoded delay: one exchange and one queue each.
+    pub fn bits(&self) -> u32 {
+        u32::from(self.levels) + FRACTION_BITS
+    }
+
+    /// The longest delay the levels can express: 2^levels s minus one [`GRANULARITY`] step.
+    pub fn max_delay(&self) -> Duration {
+        GRANULARITY * ((1u32 << self.bits()) - 1)
+    }
+
+    /// The delay in [`GRANULARITY`] steps, rounded up so that no message is early.
+    pub fn steps(&self, delay: Duration) -> Result<u64, DelayError> {
+        let unit = GRANULARITY.as_nanos();
+        let steps = delay.as_nanos().div_ceil(unit);
+        let max = u128::from((1u64 << self.bits()) - 1);
+        if steps > max {
+            return Err(DelayError::TooLong {
+                asked: humantime::format_duration(delay).to_string(),
+                max: humantime::format_duration(self.max_delay()).to_string(),
+                levels: self.levels,
+            });
+        }
+        // Cannot truncate: steps <= max < 2^64.
+        Ok(steps as u64)
+    }
+
+    /// The routing key of `steps` inside the topology: its bits, most significant first.
+    pub fn routing_key(&self, steps: u64) -> String {
+        (0..self.bits())
+            .rev()
+            .map(|bit| if steps >> bit & 1 == 1 { "1" } else { "0" })
+            .collect::<Vec<_>>()
+            .join(".")
+    }
+
+    /// The TTL of the queue of `bit`, in milliseconds.
+    pub fn ttl_ms(bit: u32) -> u64 {
+        (GRANULARITY.as_millis() as u64) << bit
+    }
+
+    /// The exchange and queue name of `bit`, after its TTL: `worker.delay.4s`, `.125ms`.
+    pub fn level_name(&self, bit: u32) -> String {
+        let ms = Self::ttl_ms(bit);
+        if ms % 1000 == 0 {
+            format!("{}.{}s", self.prefix, ms / 1000)
+        } else {
+            format!("{}.{ms}ms", self.prefix)
+        }
+    }
+
+    /// Where a message goes after `bit`: the exchange of `bit - 1`, or the ready exchange.
+    fn next_exchange(&self, bit: u32) -> String {
+        match bit {
+            0 => self.ready(),
+            _ => self.level_name(bit - 1),
+        }
+    }
+
+    /// The exchange delayed messages are published to: the one of the highest bit.
+    pub fn entry_exchange(&self) -> String {
+        self.level_name(self.bits() - 1)
+    }
+
+    /// The exchange and queue holding due messages until the mover republishes them.
+    pub fn ready(&self) -> String {
+        format!("{}.ready", self.prefix)
+    }
+
+    /// The queue where the mover parks messages it cannot deliver (their exchange is missing).
+    pub fn dead(&self) -> String {
+        format!("{}.dead", self.prefix)
+    }
+
+    /// The binding key matching bit `bit` = `value`, anchored at the right end of the key so a
+    /// level's bindings do not depend on how many levels there are.
+    pub fn pattern(bit: u32, value: bool) -> String {
+        let mut pattern = String::from(if value { "#.1" } else { "#.0" });
+        for _ in 0..bit {
+            pattern.push_str(".*");
+        }
+        pattern
+    }
+
+    /// Everything the delay topology declares, for `Plan::from_config` and `declare_on`:
+    /// per bit a topic exchange, a TTL queue dead-lettering to the next exchange, the queue's
+    /// binding (bit = 1) and the exchange-to-exchange binding to the next level (bit = 0); then
+    /// the ready exchange and queue and the dead queue.
+    pub fn plan(&self) -> Plan {
+        let mut plan = Plan {
+            source: "[delay]".into(),
+            ..Plan::default()
+        };
+        let ready = self.ready();
+        plan.add_exchange(ExchangeSpec {
+            name: ready.clone(),
+            kind: ExchangeType::Fanout,
+            durable: true,
+        });
+        // Lowest level first, so every dead-letter target exists before its source.
+        for bit in 0..self.bits() {
+            plan.add_exchange(ExchangeSpec {
+                name: self.level_name(bit),
+                kind: ExchangeType::Topic,
+                durable: true,
+            });
+        }
+        for queue in [&ready, &self.dead()] {
+            plan.add_queue(QueueSpec {
+                name: queue.clone(),
+                durable: true,
+                arguments: Vec::new(),
+            });
+        }
+        for bit in 0..self.bits() {
+            let ttl = i64::try_from(Self::ttl_ms(bit)).unwrap_or(i64::MAX);
+            plan.add_queue(QueueSpec {
+                name: self.level_name(bit),
+                durable: true,
+                arguments: vec![
+                    ("x-message-ttl".into(), Arg::Int(ttl)),
+                    ("x-dead-letter-exchange".into(), Arg::Str(self.next_exchange(bit))),
+                ],
+            });
+        }
+        plan.bind_queue(&ready, &ready, "");
+        for bit in 0..self.bits() {
+            let name = self.level_name(bit);
+            plan.bind_queue(&name, &name, &Self::pattern(bit, true));
+            plan.bind_exchange(&name, &self.next_exchange(bit), &Self::pattern(bit, false));
+        }
+        plan
+    }
+
+    /// Declares the whole delay topology on a fresh channel of `conn`. Idempotent.
+    pub async fn declare(&self, conn: &Connection) -> anyhow::Result<()> {
+        let channel = conn
+            .create_channel()
+            .await
+            .context("opening a channel to declare the delay topology")?;
+        let declared = self.declare_on(&channel).await;
+        let _ = channel.close(200, "declared".into()).await;
+        declared
+    }
+
+    /// Declares [`Delayer::plan`] on `channel`. An inequivalent existing queue closes the
+    /// channel; the error names the queue and carries the broker's text with both values.
+    pub async fn declare_on(&self, channel: &Channel) -> anyhow::Result<()> {
+        let plan = self.plan();
+        for e in &plan.exchanges {
+            let kind = match e.kind {
+                ExchangeType::Fanout => ExchangeKind::Fanout,
+                _ => ExchangeKind::Topic,
+            };
+            let options = ExchangeDeclareOptions {
+                durable: e.durable,
+                ..ExchangeDeclareOptions::default()
+            };
+            channel
+                .exchange_declare(e.name.as_str().into(), kind, options, FieldTable::default())
+                .await
+                .with_context(|| format!("declaring exchange {}", e.name))?;
+        }
+        for q in &plan.queues {
+            let mut args = FieldTable::default();
+            for (key, value) in &q.arguments {
+                let value = match value {
+                    Arg::Int(n) => AMQPValue::LongLongInt(*n),
+                    Arg::Str(s) => crate::outcome::text(s),
+                };
+                args.insert(key.as_str().into(), value);
+            }
+            let options = QueueDeclareOptions {
+                durable: q.durable,
+                ..QueueDeclareOptions::default()
+            };
+            channel
+                .queue_declare(q.name.as_str().into(), options, args)
+                .await
+                .with_context(|| format!("declaring queue {}", q.name))?;
+        }
+        for b in &plan.bindings {
+            let key = b.routing_key.as_str();
+            match &b.destination {
+                Destination::Queue(q) => channel
+                    .queue_bind(q.as_str().into(), b.source.as_str().into(), key.into(), QueueBindOptions::default(), FieldTable::default())
+                    .await
+                    .with_context(|| format!("binding queue {q} to {} with {key}", b.source))?,
+                Destination::Exchange(e) => channel
+                    .exchange_bind(e.as_str().into(), b.source.as_str().into(), key.into(), ExchangeBindOptions::default(), FieldTable::default())
+                    .await
+                    .with_context(|| format!("binding exchange {e} to {} with {key}", b.source))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes `body` into the delay topology, confirmed, to reach `exchange` with
+    /// `routing_key` after `delay` (rounded up to [`GRANULARITY`]). A zero delay publishes
+    /// straight to `exchange`. The properties and headers travel with it unchanged; the message
+    /// is made persistent. The topology must be declared ([`Delayer::declare`]).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn publish(
+        &self,
+        channel: &Channel,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        props: BasicProperties,
+        delay: Duration,
+    ) -> anyhow::Result<()> {
+        let steps = self.steps(delay)?;
+        let props = props.with_delivery_mode(PERSISTENT);
+        if steps == 0 {
+            return publish_confirmed(channel, exchange, routing_key, body, props, false).await;
+        }
+        let mut headers = props.headers().clone().unwrap_or_default();
+        headers.insert(EXCHANGE_HEADER.into(), crate::outcome::text(exchange));
+        headers.insert(ROUTING_KEY_HEADER.into(), crate::outcome::text(routing_key));
+        let due = SystemTime::now() + delay;
+        let due_ms = due
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        headers.insert(DUE_HEADER.into(), AMQPValue::LongLongInt(due_ms));
+        let entry = self.entry_exchange();
+        // Mandatory: a topology that is missing a binding is an error, not a silent drop.
+        publish_confirmed(
+            channel,
+            &entry,
+            &self.routing_key(steps),
+            body,
+            props.with_headers(headers),
+            true,
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "the delay topology ({entry}, ...) is missing or incomplete: start the service \
+                 or run `worker-host topology --apply`"
+            )
+        })
+    }
+}
+
+impl fmt::Display for Delayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.plan().fmt(f)
+    }
+}
+
+/// The delay topology of `config`'s `[delay]`, for `Plan::from_config`. Levels out of range
+/// are clamped here; `Delayer::from_config` reports them.
+pub fn plan(_config: &Config, delay: &DelayConfig) -> Plan {
+    let levels = delay.levels.clamp(1, MAX_LEVELS);
+    Delayer::new(levels).map(|d| d.plan()).unwrap_or_default()
+}
+
+/// The longest delay the configured levels can express, or None when `[delay]` is absent.
+pub fn max_delay(config: &Config) -> Option<Duration> {
+    match Delayer::from_config(config) {
+        Ok(delayer) => delayer.map(|d| d.max_delay()),
+        // Out-of-range levels: the largest topology we would build.
+        Err(_) => config
+            .delay
+            .map(|_| Delayer::new(MAX_LEVELS).map(|d| d.max_delay()).unwrap_or_default()),
+    }
+}
+
+/// `worker-host publish --delay`: declares the delay topology (idempotent, so a publish works
+/// before the service ever ran; the message then waits until a service delivers it) and
+/// publishes through it. `channel` has confirms on.
+#[allow(clippy::too_many_arguments)]
+pub async fn publish(
+    config: &Config,
+    channel: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    props: BasicProperties,
+    delay: Duration,
+) -> anyhow::Result<()> {
+    let delayer = Delayer::required(config)?;
+    delayer.steps(delay)?;
+    delayer.declare_on(channel).await?;
+    delayer
+        .publish(channel, exchange, routing_key, body, props, delay)
+        .await
+}
+
+/// Milliseconds since the Unix epoch, now.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delayer(levels: u8) -> Delayer {
+        Delayer::new(levels).expect("valid levels")
+    }
+
+    #[test]
+    fn rounds_up_to_granularity_and_never_early() {
+        let d = delayer(4);
+        assert_eq!(d.steps(Duration::ZERO).unwrap(), 0);
+        assert_eq!(d.steps(Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(d.steps(Duration::from_millis(125)).unwrap(), 1);
+        assert_eq!(d.steps(Duration::from_millis(126)).unwrap(), 2);
+        assert_eq!(d.steps(Duration::from_secs(10)).unwrap(), 80);
+        for ms in [1u64, 999, 1000, 1001, 7_777, 15_875] {
+            let steps = d.steps(Duration::from_millis(ms)).unwrap();
+            let total: u64 = (0..d.bits())
+                .filter(|b| steps >> b & 1 == 1)
+                .map(Delayer::ttl_ms)
+                .sum();
+            assert!(total >= ms && total < ms + 125, "{ms} ms -> {total} ms");
+        }
+    }
+
+    #[test]
+    fn refuses_beyond_the_maximum() {
+        let d = delayer(4);
+        assert_eq!(d.max_delay(), Duration::from_millis(15_875));
+        assert!(d.steps(Duration::from_millis(15_875)).is_ok());
+        let err = d.steps(Duration::from_secs(16)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "a delay of 16s is beyond the maximum of 15s 875ms that [delay] levels = 4 allows"
+        );
+        // 28 levels cover more than eight years.
+        assert!(delayer(28).max_delay() > Duration::from_secs(8 * 365 * 86_400));
+        assert!(Delayer::new(0).is_err());
+        assert!(Delayer::new(30).is_err());
+        // The top TTL of the largest topology stays below RabbitMQ's 10-year limit.
+        assert!(Delayer::ttl_ms(delayer(MAX_LEVELS).bits() - 1) <= 315_360_000_000);
+    }
+
+    #[test]
+    fn keys_and_names() {
+        let d = delayer(2);
+        assert_eq!(d.bits(), 5);
+        // 2.5 s = 20 steps = 10100.
+        assert_eq!(d.routing_key(d.steps(Duration::from_millis(2500)).unwrap()), "1.0.1.0.0");
+        assert_eq!(d.level_name(0), "worker.delay.125ms");
+        assert_eq!(d.level_name(3), "worker.delay.1s");
+        assert_eq!(d.entry_exchange(), "worker.delay.2s");
+        assert_eq!(Delayer::pattern(0, true), "#.1");
+        assert_eq!(Delayer::pattern(2, false), "#.0.*.*");
+        let d = delayer(28);
+        assert_eq!(d.entry_exchange(), "worker.delay.134217728s");
+        assert!(d.routing_key(1).len() < 255);
+    }
+
+    #[test]
+    fn plan_lists_every_level() {
+        let plan = delayer(1).with_prefix("t").plan();
+        // 4 levels (1 s + 3 sub-second), ready, dead.
+        assert_eq!(plan.queues.len(), 6);
+        assert_eq!(plan.exchanges.len(), 5);
+        let q = plan.queue("t.500ms").expect("level queue");
+        assert_eq!(q.argument("x-message-ttl"), Some(&Arg::Int(500)));
+        assert_eq!(q.argument("x-dead-letter-exchange"), Some(&Arg::Str("t.250ms".into())));
+        let q = plan.queue("t.125ms").expect("level queue");
+        assert_eq!(q.argument("x-dead-letter-exchange"), Some(&Arg::Str("t.ready".into())));
+        assert!(plan.bindings.contains(&crate::topology::BindingSpec {
+            source: "t.125ms".into(),
+            destination: Destination::Exchange("t.ready".into()),
+            routing_key: "#.0".into(),
+        }));
+        assert_eq!(plan.bindings.len(), 1 + 2 * 4);
+    }
+}

@@ -1,0 +1,371 @@
+//! The mover: consumes the ready queue and republishes each due message to the exchange and
+//! routing key it was published for, confirmed before the ack.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+    ConfirmSelectOptions, ExchangeDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldArray, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, warn};
+
+use super::{DUE_HEADER, Delayer, ERROR_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER, now_ms};
+use crate::consumer::publish_confirmed;
+use crate::outcome;
+
+/// Due messages taken at once: their republishes overlap.
+const PREFETCH: u16 = 64;
+
+/// Headers the broker adds when it dead-letters, dropped when they only describe delay hops.
+const DEATH_SUMMARY: [&str; 6] = [
+    "x-first-death-queue",
+    "x-first-death-reason",
+    "x-first-death-exchange",
+    "x-last-death-queue",
+    "x-last-death-reason",
+    "x-last-death-exchange",
+];
+
+/// A confirm-mode channel that is replaced when the broker closes it (a publish to a missing
+/// exchange does that).
+struct Publisher<'c> {
+    conn: &'c Connection,
+    channel: Mutex<Channel>,
+}
+
+impl Publisher<'_> {
+    async fn open(conn: &Connection) -> anyhow::Result<Channel> {
+        let channel = conn
+            .create_channel()
+            .await
+            .context("opening the mover's publisher channel")?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .context("enabling publisher confirms")?;
+        Ok(channel)
+    }
+
+    async fn current(&self) -> anyhow::Result<Channel> {
+        let mut channel = self.channel.lock().await;
+        if !channel.status().connected() {
+            *channel = Self::open(self.conn).await?;
+        }
+        Ok(channel.clone())
+    }
+}
+
+impl Delayer {
+    /// Delivers due messages until `cancel` fires (Ok) or the connection fails (Err). Each is
+    /// republished, persistent and confirmed, to its original exchange with its original
+    /// routing key, properties and headers (minus the delay bookkeeping), then acked. One whose
+    /// exchange is gone is parked in the dead queue with `x-delay-error`; one that cannot be
+    /// published for another reason is left for the broker to redeliver. Returns once every
+    /// message it took is settled.
+    pub async fn run_mover(&self, conn: &Connection, cancel: CancellationToken) -> anyhow::Result<()> {
+        let ready = self.ready();
+        let channel = conn
+            .create_channel()
+            .await
+            .context("opening the mover's channel")?;
+        channel
+            .basic_qos(PREFETCH, BasicQosOptions::default())
+            .await
+            .context("setting the mover's prefetch")?;
+        let publisher = Publisher {
+            conn,
+            channel: Mutex::new(Publisher::open(conn).await?),
+        };
+        let deliveries = channel
+            .basic_consume(
+                ready.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("consuming {ready}"))?;
+        let tag = deliveries.tag();
+        debug!(queue = %ready, "delay mover consuming");
+
+        // Up to PREFETCH messages are moved at once; when `cancel` fires no new delivery is
+        // taken and the ones in flight finish.
+        let failure = std::sync::Mutex::new(None::<String>);
+        deliveries
+            .take_until(cancel.cancelled())
+            .take_while(|next| {
+                if let Err(err) = next {
+                    // A poisoned lock only loses the error text.
+                    if let Ok(mut failure) = failure.lock() {
+                        *failure = Some(err.to_string());
+                    }
+                }
+                std::future::ready(next.is_ok())
+            })
+            .filter_map(|next| std::future::ready(next.ok()))
+            .for_each_concurrent(usize::from(PREFETCH), |delivery| self.move_one(delivery, &publisher))
+            .await;
+        let failure = failure.into_inner().ok().flatten();
+        let result = match failure {
+            Some(err) => Err(anyhow::anyhow!("consuming {ready}: {err}")),
+            None if cancel.is_cancelled() => Ok(()),
+            None => Err(anyhow::anyhow!("the broker cancelled the consumer of {ready}")),
+        };
+        if result.is_ok() {
+            let _ = channel.basic_cancel(tag, BasicCancelOptions::default()).await;
+        }
+        let _ = channel.close(200, "bye".into()).await;
+        let _ = publisher.channel.lock().await.close(200, "bye".into()).await;
+        result
+    }
+
+    /// Delivers one due message and settles it. Never fails: problems are logged.
+    async fn move_one(&self, delivery: Delivery, publisher: &Publisher<'_>) {
+        let Delivery {
+            properties,
+            data,
+            acker,
+            ..
+        } = delivery;
+        let headers = properties.headers().as_ref();
+        let target = header_text(headers, EXCHANGE_HEADER).zip(header_text(headers, ROUTING_KEY_HEADER));
+        let message_id = properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_default();
+        let settled = match &target {
+            Some((exchange, key)) => {
+                let late_ms = headers
+                    .and_then(|h| h.inner().get(DUE_HEADER))
+                    .and_then(|v| match v {
+                        AMQPValue::LongLongInt(due) => Some(now_ms() - due),
+                        _ => None,
+                    });
+                let props = restored(&properties, &self.prefix);
+                match self.deliver(publisher, exchange, key, &data, props).await {
+                    Ok(()) => {
+                        debug!(exchange, routing_key = key, message_id, late_ms, "delayed message delivered");
+                        Ok(())
+                    }
+                    Err(err) => Err(err),
+                }
+            }
+            None => {
+                let why = format!("no {EXCHANGE_HEADER} / {ROUTING_KEY_HEADER} header");
+                self.park(publisher, &properties, &data, &why).await
+            }
+        };
+        match settled {
+            Ok(()) => {
+                if let Err(err) = acker.ack(BasicAckOptions::default()).await {
+                    // The channel is gone: the broker redelivers, which may duplicate the publish.
+                    error!(message_id, "delay mover: ack failed: {err}");
+                }
+            }
+            Err(err) => {
+                error!(message_id, "delay mover: not delivered, the broker will redeliver: {err:#}");
+                // Back off a little so a broken route does not spin.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let _ = acker
+                    .nack(BasicNackOptions {
+                        requeue: true,
+                        ..BasicNackOptions::default()
+                    })
+                    .await;
+            }
+        }
+    }
+
+    /// Publishes to the target; when the target exchange turns out to be missing, parks the
+    /// message instead.
+    async fn deliver(
+        &self,
+        publisher: &Publisher<'_>,
+        exchange: &str,
+        key: &str,
+        body: &[u8],
+        props: BasicProperties,
+    ) -> anyhow::Result<()> {
+        let channel = publisher.current().await?;
+        // Not mandatory: at its due time a delayed message behaves like a plain publish.
+        let err = match publish_confirmed(&channel, exchange, key, body, props.clone(), false).await {
+            Ok(()) => return Ok(()),
+            Err(err) => err,
+        };
+        if exchange.is_empty() || exchange_exists(publisher.conn, exchange).await? {
+            return Err(err);
+        }
+        warn!(exchange, routing_key = key, "delayed message for a missing exchange; parked in {}", self.dead());
+        let why = format!("exchange {exchange:?} does not exist");
+        self.park(publisher, &props, body, &why).await
+    }
+
+    /// Puts a message the mover cannot deliver into the dead queue, with its headers and why.
+    async fn park(
+        &self,
+        publisher: &Publisher<'_>,
+        props: &BasicProperties,
+        body: &[u8],
+        why: &str,
+    ) -> anyhow::Result<()> {
+        let mut headers = props.headers().clone().unwrap_or_default();
+        headers.insert(ERROR_HEADER.into(), outcome::text(why));
+        let props = props.clone().with_headers(headers).with_delivery_mode(2);
+        let channel = publisher.current().await?;
+        let dead = self.dead();
+        publish_confirmed(&channel, "", &dead, body, props, true)
+            .await
+            .with_context(|| format!("parking a delayed message in {dead}"))
+    }
+}
+
+/// Whether `exchange` exists, asked on a throwaway channel (a missing one closes it).
+async fn exchange_exists(conn: &Connection, exchange: &str) -> anyhow::Result<bool> {
+    let probe = conn.create_channel().await.context("opening a probe channel")?;
+    let passive = ExchangeDeclareOptions {
+        passive: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    let found = probe
+        .exchange_declare(exchange.into(), ExchangeKind::Topic, passive, FieldTable::default())
+        .await;
+    match found {
+        Ok(()) => {
+            let _ = probe.close(200, "probed".into()).await;
+            Ok(true)
+        }
+        Err(err) if err.to_string().contains("NOT_FOUND") || err.to_string().contains("NOT-FOUND") => {
+            Ok(false)
+        }
+        Err(err) => Err(anyhow::Error::new(err).context(format!("checking exchange {exchange}"))),
+    }
+}
+
+/// The properties a delayed message was published with: the delay headers removed, and the
+/// broker's dead-letter records of the delay queues (`x-death` entries, first/last-death
+/// summaries) dropped, so the consumer sees the message as published. Persistent.
+pub(crate) fn restored(properties: &BasicProperties, prefix: &str) -> BasicProperties {
+    let Some(original) = properties.headers().as_ref() else {
+        return properties.clone().with_delivery_mode(2);
+    };
+    let is_delay_queue = |v: &AMQPValue| {
+        text_of(v).is_some_and(|q| q.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('.')))
+    };
+    let mut headers = FieldTable::default();
+    let mut only_delay_deaths = false;
+    for (name, value) in original.inner() {
+        match name.as_str() {
+            EXCHANGE_HEADER | ROUTING_KEY_HEADER | DUE_HEADER => {}
+            "x-death" => {
+                let kept: Vec<AMQPValue> = match value {
+                    AMQPValue::FieldArray(deaths) => deaths
+                        .as_slice()
+                        .iter()
+                        .filter(|d| match d {
+                            AMQPValue::FieldTable(t) => {
+                                !t.inner().get("queue").is_some_and(is_delay_queue)
+                            }
+                            _ => true,
+                        })
+                        .cloned()
+                        .collect(),
+                    _ => vec![value.clone()],
+                };
+                only_delay_deaths = kept.is_empty();
+                if !kept.is_empty() {
+                    headers.insert(name.clone(), AMQPValue::FieldArray(FieldArray::from(kept)));
+                }
+            }
+            _ => {
+                headers.insert(name.clone(), value.clone());
+            }
+        }
+    }
+    // When every death record was a delay hop, the summaries describe delay hops too.
+    if only_delay_deaths {
+        let inner: std::collections::BTreeMap<_, _> = headers
+            .inner()
+            .iter()
+            .filter(|(name, _)| !DEATH_SUMMARY.contains(&name.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        headers = FieldTable::from(inner);
+    }
+    properties.clone().with_headers(headers).with_delivery_mode(2)
+}
+
+fn text_of(value: &AMQPValue) -> Option<&str> {
+    match value {
+        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
+        AMQPValue::ShortString(s) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+fn header_text(headers: Option<&FieldTable>, name: &str) -> Option<String> {
+    headers?.inner().get(name).and_then(text_of).map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn death(queue: &str) -> AMQPValue {
+        let mut t = FieldTable::default();
+        t.insert("queue".into(), outcome::text(queue));
+        t.insert("reason".into(), outcome::text("expired"));
+        AMQPValue::FieldTable(t)
+    }
+
+    #[test]
+    fn restores_what_was_published() {
+        let mut h = FieldTable::default();
+        h.insert("mine".into(), outcome::text("kept"));
+        h.insert(EXCHANGE_HEADER.into(), outcome::text("e"));
+        h.insert(ROUTING_KEY_HEADER.into(), outcome::text("k"));
+        h.insert(DUE_HEADER.into(), AMQPValue::LongLongInt(1));
+        h.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(FieldArray::from(vec![death("worker.delay.1s"), death("worker.delay.4s")])),
+        );
+        h.insert("x-first-death-queue".into(), outcome::text("worker.delay.4s"));
+        h.insert("x-first-death-reason".into(), outcome::text("expired"));
+        let props = BasicProperties::default()
+            .with_message_id("m1".into())
+            .with_headers(h);
+        let out = restored(&props, "worker.delay");
+        let names: Vec<String> = out
+            .headers()
+            .as_ref()
+            .map(|h| h.inner().keys().map(|k| k.as_str().to_string()).collect())
+            .unwrap_or_default();
+        assert_eq!(names, vec!["mine".to_string()]);
+        assert_eq!(out.message_id().as_ref().map(|s| s.as_str()), Some("m1"));
+        assert_eq!(*out.delivery_mode(), Some(2));
+    }
+
+    #[test]
+    fn keeps_foreign_death_records() {
+        let mut h = FieldTable::default();
+        h.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(FieldArray::from(vec![death("worker.delay.1s"), death("q@retry.30s")])),
+        );
+        h.insert("x-first-death-queue".into(), outcome::text("q@retry.30s"));
+        let out = restored(&BasicProperties::default().with_headers(h), "worker.delay");
+        let h = out.headers().clone().unwrap_or_default();
+        let Some(AMQPValue::FieldArray(deaths)) = h.inner().get("x-death") else {
+            panic!("x-death dropped");
+        };
+        assert_eq!(deaths.as_slice().len(), 1);
+        assert!(h.inner().contains_key("x-first-death-queue"));
+    }
+}

@@ -1,0 +1,28 @@
+//! worker-host: RabbitMQ consumers as sandboxed WebAssembly plugins.
+
+pub mod admin;
+pub mod broker;
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod consumer;
+pub mod delay;
+pub mod failed;
+pub mod metrics;
+pub mod outcome;
+pub mod plugin;
+pub mod reload;
+pub mod scaffold;
+pub mod service;
+pub mod topology;
+
+pub use service::run;
+
+/// The process exit code for an error: 2 when the broker could not be reached, else 1.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    if err.chain().any(|e| e.is::<broker::Unreachable>()) {
+        2
+    } else {
+        1
+    }
+}

@@ -1,0 +1,73 @@
+//! `worker-host`: parse arguments, set up logging, load the config, run the command.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use worker_host::cli::{Cli, Command, LogFormat};
+use worker_host::{commands, exit_code, service};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => {
+                let config = commands::load_config(&args.path)?;
+                service::run(config, shutdown_signal()).await
+            }
+            other => commands::dispatch(other).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(exit_code(&err))
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT; a second one exits at once.
+async fn shutdown_signal() {
+    wait_for_signal().await;
+    tracing::info!("signal received: draining (a second signal exits at once)");
+    tokio::spawn(async {
+        wait_for_signal().await;
+        tracing::warn!("second signal: exiting now");
+        std::process::exit(130);
+    });
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the service can only be killed; run anyway.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,219 @@
+//! The plugin runtime: one wasmtime engine per process, compiled plugin
+//! versions, and one sandboxed handler call per message (ABI v1, see
+//! `docs/abi.md`).
+
+mod abi;
+mod engine;
+mod error;
+mod state;
+mod wasi;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use abi::publish_code;
+pub use engine::{Plugin, Runtime, RuntimeConfig};
+pub use error::{HandlerError, LoadError, TrapKind};
+
+/// Per-call limits, from the subscription.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Wall-clock limit of one call (instantiation included).
+    pub timeout: Duration,
+    /// Largest linear memory of the instance, in bytes.
+    pub memory_limit: u64,
+}
+
+/// Everything a handler call can see of one delivery.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub body: bytes::Bytes,
+    pub meta: Meta,
+    /// The subscription's `[subscription.config]` as JSON (`{}` when absent).
+    pub config_json: Arc<str>,
+    pub publish: Arc<PublishPolicy>,
+}
+
+/// Delivery metadata served by `meta_get`.
+#[derive(Debug, Clone, Default)]
+pub struct Meta {
+    pub routing_key: String,
+    pub original_routing_key: String,
+    pub exchange: String,
+    pub queue: String,
+    pub message_id: Option<String>,
+    pub correlation_id: Option<String>,
+    pub content_type: Option<String>,
+    /// Seconds since the Unix epoch (the AMQP `timestamp` property).
+    pub timestamp: Option<u64>,
+    /// 1 on the first call.
+    pub attempt: u32,
+    pub redelivered: bool,
+    /// AMQP headers rendered as text (numbers and booleans as text).
+    pub headers: Vec<(String, String)>,
+}
+
+/// What a plugin may publish while handling one message.
+#[derive(Debug, Clone)]
+pub struct PublishPolicy {
+    /// Exchanges the plugin may publish to (`publish = [...]`).
+    pub allowed_exchanges: Vec<String>,
+    /// Longest delay accepted; `None` refuses every delayed publish.
+    pub max_delay: Option<Duration>,
+    /// Most messages buffered per call.
+    pub max_messages: usize,
+    /// Most bytes (routing keys plus bodies) buffered per call.
+    pub max_total_bytes: usize,
+}
+
+impl Default for PublishPolicy {
+    fn default() -> Self {
+        PublishPolicy {
+            allowed_exchanges: Vec::new(),
+            max_delay: None,
+            max_messages: 100,
+            max_total_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// The outcome of one handler call.
+#[derive(Debug)]
+pub struct Invocation {
+    pub answer: Result<Answer, HandlerError>,
+    /// From `set_reason`: one line, bounded.
+    pub reason: Option<String>,
+    /// Buffered by `publish`; the caller sends them only when the answer is ok.
+    pub publishes: Vec<Publish>,
+    /// From `log` and WASI stdout/stderr, bounded.
+    pub logs: Vec<LogLine>,
+    pub elapsed: Duration,
+}
+
+impl Invocation {
+    /// The cause to record with a retry or fail: the handler error, else the
+    /// plugin's reason.
+    pub fn cause(&self) -> Option<String> {
+        match &self.answer {
+            Err(e) => Some(e.to_string()),
+            Ok(_) => self.reason.clone(),
+        }
+    }
+
+    /// Sends the plugin's log lines to `tracing`, tagged with plugin, version
+    /// and queue, each at its own level.
+    pub fn emit_logs(&self, plugin: &Plugin, queue: &str) {
+        for line in &self.logs {
+            let (p, v, s, m) = (
+                plugin.name(),
+                plugin.short_sha(),
+                line.source.as_str(),
+                line.message.as_str(),
+            );
+            match line.level {
+                LogLevel::Trace => {
+                    tracing::trace!(target: GUEST_TARGET, plugin = p, version = v, queue, source = s, "{m}")
+                }
+                LogLevel::Debug => {
+                    tracing::debug!(target: GUEST_TARGET, plugin = p, version = v, queue, source = s, "{m}")
+                }
+                LogLevel::Info => {
+                    tracing::info!(target: GUEST_TARGET, plugin = p, version = v, queue, source = s, "{m}")
+                }
+                LogLevel::Warn => {
+                    tracing::warn!(target: GUEST_TARGET, plugin = p, version = v, queue, source = s, "{m}")
+                }
+                LogLevel::Error => {
+                    tracing::error!(target: GUEST_TARGET, plugin = p, version = v, queue, source = s, "{m}")
+                }
+            }
+        }
+    }
+}
+
+/// `tracing` target of plugin log lines (filter with `worker_host::plugin::guest=debug`).
+pub const GUEST_TARGET: &str = "worker_host::plugin::guest";
+
+/// The handler's answer (`worker_handle` returned 0, 1 or 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Ok,
+    Retry,
+    Fail,
+}
+
+impl Answer {
+    pub fn from_code(code: i32) -> Result<Answer, HandlerError> {
+        match code {
+            0 => Ok(Answer::Ok),
+            1 => Ok(Answer::Retry),
+            2 => Ok(Answer::Fail),
+            other => Err(HandlerError::BadAnswer(other)),
+        }
+    }
+}
+
+/// A message the plugin asked to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    pub exchange: String,
+    pub routing_key: String,
+    pub body: Vec<u8>,
+    pub delay: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub level: LogLevel,
+    pub message: String,
+    pub source: LogSource,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl LogLevel {
+    /// ABI level numbers: 0 trace .. 4 error; out-of-range values are clamped.
+    pub fn from_abi(level: i32) -> LogLevel {
+        match level {
+            i32::MIN..=0 => LogLevel::Trace,
+            1 => LogLevel::Debug,
+            2 => LogLevel::Info,
+            3 => LogLevel::Warn,
+            _ => LogLevel::Error,
+        }
+    }
+}
+
+/// Where a log line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogSource {
+    /// The `log` import.
+    Log,
+    /// WASI stdout.
+    Stdout,
+    /// WASI stderr.
+    Stderr,
+    /// The host itself, about the plugin (refused publishes, truncation).
+    Host,
+}
+
+impl LogSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogSource::Log => "log",
+            LogSource::Stdout => "stdout",
+            LogSource::Stderr => "stderr",
+            LogSource::Host => "host",
+        }
+    }
+}

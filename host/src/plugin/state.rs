@@ -1,0 +1,179 @@
+//! The per-message store data: the input, what the guest produced so far
+//! (reason, publishes, logs) and the resource limiter.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::{Memory, ResourceLimiter};
+
+use super::error::{MemoryLimitHit, TableLimitHit};
+use super::wasi::WasiState;
+use super::{Input, LogLevel, LogLine, LogSource, Publish};
+
+/// Most elements of the one table an instance may have.
+pub(crate) const TABLE_ELEMENTS: u32 = 20_000;
+/// Longest `set_reason` text kept, in bytes.
+pub(crate) const MAX_REASON: usize = 1024;
+/// Most log lines kept per call.
+pub(crate) const MAX_LOG_LINES: usize = 256;
+/// Most log bytes kept per call (all lines together).
+pub(crate) const MAX_LOG_BYTES: usize = 64 * 1024;
+/// Longest single log line kept, in bytes.
+pub(crate) const MAX_LOG_LINE: usize = 4 * 1024;
+
+pub(crate) struct State {
+    pub input: Arc<Input>,
+    /// The guest's exported memory, set after instantiation (or on first use
+    /// when a start function calls an import).
+    pub memory: Option<Memory>,
+    /// Read position of `body_read`.
+    pub body_pos: usize,
+    pub reason: Option<String>,
+    pub publishes: Vec<Publish>,
+    pub publish_bytes: usize,
+    pub logs: LogBuffer,
+    pub limiter: Limiter,
+    pub deadline: Instant,
+    /// Built on the first WASI call, only for modules importing WASI.
+    pub wasi: Option<WasiState>,
+}
+
+impl State {
+    pub fn new(input: Arc<Input>, memory_limit: u64, deadline: Instant) -> State {
+        State {
+            input,
+            memory: None,
+            body_pos: 0,
+            reason: None,
+            publishes: Vec::new(),
+            publish_bytes: 0,
+            logs: LogBuffer::default(),
+            limiter: Limiter {
+                memory_limit,
+                table_elements: TABLE_ELEMENTS,
+            },
+            deadline,
+            wasi: None,
+        }
+    }
+
+    /// The WASI context, created on first use (plain calls never pay for it).
+    pub fn wasi_ctx(&mut self) -> &mut wasmtime_wasi::p1::WasiP1Ctx {
+        &mut self.wasi.get_or_insert_with(WasiState::new).ctx
+    }
+
+    /// Moves captured WASI stdout/stderr into the log buffer.
+    pub fn drain_wasi_output(&mut self) {
+        if let Some(wasi) = self.wasi.take() {
+            let (out, err) = wasi.into_output();
+            self.logs.push_text(LogLevel::Info, LogSource::Stdout, &out);
+            self.logs.push_text(LogLevel::Warn, LogSource::Stderr, &err);
+        }
+    }
+}
+
+/// Bounds memory, tables and instances of one store; limit hits trap with a
+/// typed cause instead of making `memory.grow` return -1.
+pub(crate) struct Limiter {
+    pub memory_limit: u64,
+    pub table_elements: u32,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired as u64 > self.memory_limit {
+            return Err(wasmtime::Error::new(MemoryLimitHit(self.memory_limit)));
+        }
+        Ok(maximum.is_none_or(|max| desired <= max))
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.table_elements as usize {
+            return Err(wasmtime::Error::new(TableLimitHit(self.table_elements)));
+        }
+        Ok(maximum.is_none_or(|max| desired <= max))
+    }
+
+    fn instances(&self) -> usize {
+        1
+    }
+
+    fn tables(&self) -> usize {
+        1
+    }
+
+    fn memories(&self) -> usize {
+        1
+    }
+}
+
+/// Log lines of one call, bounded in count and bytes; what does not fit is
+/// counted and reported in one closing line.
+#[derive(Default)]
+pub(crate) struct LogBuffer {
+    lines: Vec<LogLine>,
+    bytes: usize,
+    dropped: usize,
+}
+
+impl LogBuffer {
+    pub fn push(&mut self, level: LogLevel, source: LogSource, raw: &[u8]) {
+        if self.lines.len() >= MAX_LOG_LINES || self.bytes >= MAX_LOG_BYTES {
+            self.dropped += 1;
+            return;
+        }
+        let room = MAX_LOG_LINE.min(MAX_LOG_BYTES - self.bytes);
+        let message = bounded_text(raw, room);
+        self.bytes += message.len();
+        self.lines.push(LogLine {
+            level,
+            message,
+            source,
+        });
+    }
+
+    /// Splits captured output into lines (a trailing partial line included).
+    pub fn push_text(&mut self, level: LogLevel, source: LogSource, text: &[u8]) {
+        for line in text.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if !line.is_empty() {
+                self.push(level, source, line);
+            }
+        }
+    }
+
+    pub fn finish(mut self) -> Vec<LogLine> {
+        if self.dropped > 0 {
+            self.lines.push(LogLine {
+                level: LogLevel::Warn,
+                message: format!("{} more log lines dropped (limit per message)", self.dropped),
+                source: LogSource::Host,
+            });
+        }
+        self.lines
+    }
+}
+
+/// Lossy UTF-8 of `raw`, cut to at most `max` bytes on a char boundary.
+pub(crate) fn bounded_text(raw: &[u8], max: usize) -> String {
+    let raw = &raw[..raw.len().min(max)];
+    let mut s = String::from_utf8_lossy(raw).into_owned();
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}

@@ -1,0 +1,160 @@
+//! The message a handler is called with: its body and the delivery's metadata.
+
+use serde::de::DeserializeOwned;
+
+use crate::{Error, sys};
+
+/// One delivery, as the host hands it to a handler.
+///
+/// The body and the common properties are read once when the call starts; AMQP headers are read
+/// on demand with [`Message::header`].
+///
+/// ```
+/// use worker_plugin_sdk::{Message, Outcome, testing::TestMessage};
+///
+/// fn handle(msg: &Message) -> Outcome {
+///     assert_eq!(msg.routing_key(), "shop@orders");
+///     assert_eq!(msg.original_routing_key(), "order.created");
+///     assert_eq!(msg.attempt(), 2);
+///     assert_eq!(msg.header("tenant").as_deref(), Some("acme"));
+///     assert_eq!(msg.body_str().unwrap(), "hi");
+///     Outcome::Ok
+/// }
+///
+/// let run = TestMessage::new("hi")
+///     .routing_key("shop@orders")
+///     .original_routing_key("order.created")
+///     .attempt(2)
+///     .header("tenant", "acme")
+///     .run(handle);
+/// assert_eq!(run.outcome, Outcome::Ok);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Message {
+    body: Vec<u8>,
+    routing_key: String,
+    original_routing_key: String,
+    exchange: String,
+    queue: String,
+    attempt: u32,
+    redelivered: bool,
+    message_id: Option<String>,
+    correlation_id: Option<String>,
+    content_type: Option<String>,
+    timestamp: Option<u64>,
+}
+
+impl Message {
+    /// Reads the current call's message from the host.
+    pub(crate) fn load() -> Self {
+        let routing_key = sys::meta("routing-key").unwrap_or_default();
+        Message {
+            body: sys::body(),
+            original_routing_key: sys::meta("original-routing-key")
+                .unwrap_or_else(|| routing_key.clone()),
+            routing_key,
+            exchange: sys::meta("exchange").unwrap_or_default(),
+            queue: sys::meta("queue").unwrap_or_default(),
+            attempt: sys::meta("attempt")
+                .and_then(|a| a.trim().parse().ok())
+                .unwrap_or(1),
+            redelivered: sys::meta("redelivered").is_some_and(|r| r == "true"),
+            message_id: sys::meta("message-id"),
+            correlation_id: sys::meta("correlation-id"),
+            content_type: sys::meta("content-type"),
+            timestamp: sys::meta("timestamp").and_then(|t| t.trim().parse().ok()),
+        }
+    }
+
+    /// The raw body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body as text; a fail if it is not UTF-8.
+    pub fn body_str(&self) -> Result<&str, Error> {
+        Ok(std::str::from_utf8(&self.body)?)
+    }
+
+    /// The body parsed as JSON into `T`; a fail (retrying cannot fix a body) if it does not parse.
+    ///
+    /// ```
+    /// use worker_plugin_sdk::{Error, Message, testing::TestMessage};
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct User { id: u64 }
+    ///
+    /// fn handle(msg: &Message) -> Result<(), Error> {
+    ///     let user: User = msg.json()?;
+    ///     worker_plugin_sdk::info!("user {}", user.id);
+    ///     Ok(())
+    /// }
+    ///
+    /// assert!(TestMessage::new(r#"{"id": 7}"#).run(handle).outcome.is_ok());
+    /// assert!(TestMessage::new("{oops").run(handle).outcome.is_fail());
+    /// ```
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        Ok(serde_json::from_slice(&self.body)?)
+    }
+
+    /// The routing key of this delivery. For a retried or replayed message this is the queue
+    /// name; [`Message::original_routing_key`] is the key it was first published with.
+    pub fn routing_key(&self) -> &str {
+        &self.routing_key
+    }
+
+    /// The routing key the message was first published with (kept across retries and replays).
+    pub fn original_routing_key(&self) -> &str {
+        &self.original_routing_key
+    }
+
+    /// The exchange this delivery came through.
+    pub fn exchange(&self) -> &str {
+        &self.exchange
+    }
+
+    /// The queue this subscription consumes.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// Which call this is for the message: 1 on the first, 2 on the first retry, ...
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Whether the broker redelivered it (an earlier delivery was not acked).
+    pub fn redelivered(&self) -> bool {
+        self.redelivered
+    }
+
+    /// The `message_id` property.
+    pub fn message_id(&self) -> Option<&str> {
+        self.message_id.as_deref()
+    }
+
+    /// The `correlation_id` property.
+    pub fn correlation_id(&self) -> Option<&str> {
+        self.correlation_id.as_deref()
+    }
+
+    /// The `content_type` property.
+    pub fn content_type(&self) -> Option<&str> {
+        self.content_type.as_deref()
+    }
+
+    /// The `timestamp` property (seconds since the Unix epoch).
+    pub fn timestamp(&self) -> Option<u64> {
+        self.timestamp
+    }
+
+    /// An AMQP header as text (numbers and booleans are written out), or `None` if absent.
+    pub fn header(&self, name: &str) -> Option<String> {
+        sys::meta(&format!("header:{name}"))
+    }
+
+    /// Any `meta_get` key of ABI v1, for keys this type has no method for.
+    pub fn meta(&self, key: &str) -> Option<String> {
+        sys::meta(key)
+    }
+}

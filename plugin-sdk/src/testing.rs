@@ -1,0 +1,445 @@
+//! Native unit tests for plugins: call a handler with a made-up message and get back its answer,
+//! the messages it asked to publish and the lines it logged. Only built for non-wasm targets.
+//!
+//! ```
+//! use worker_plugin_sdk::{Message, Outcome, testing::TestMessage};
+//!
+//! fn handle(msg: &Message) -> Outcome {
+//!     if msg.attempt() < 3 { Outcome::retry("not yet") } else { Outcome::Ok }
+//! }
+//!
+//! assert_eq!(TestMessage::new("").run(handle).outcome, Outcome::retry("not yet"));
+//! assert_eq!(TestMessage::new("").attempt(3).run(handle).outcome, Outcome::Ok);
+//! ```
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Once;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::sys::native::{self, Context};
+use crate::{IntoOutcome, Level, Message, Outcome, rt};
+
+/// A message to call a handler with, built up like the host would deliver it.
+///
+/// Defaults: routing key `test.message` (also the original routing key unless set), exchange
+/// `master`, queue `test@queue`, attempt 1, not redelivered, no config, every exchange allowed.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct TestMessage {
+    body: Vec<u8>,
+    meta: BTreeMap<String, String>,
+    config: Option<Vec<u8>>,
+    allowed_exchanges: Option<Vec<String>>,
+    publish_refusal: Option<i32>,
+}
+
+impl TestMessage {
+    /// A message with this body.
+    pub fn new(body: impl Into<Vec<u8>>) -> Self {
+        let meta = [
+            ("routing-key", "test.message"),
+            ("exchange", "master"),
+            ("queue", "test@queue"),
+            ("attempt", "1"),
+            ("redelivered", "false"),
+        ];
+        TestMessage {
+            body: body.into(),
+            meta: meta
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            config: None,
+            allowed_exchanges: None,
+            publish_refusal: None,
+        }
+    }
+
+    /// A message whose body is `value` as JSON, with content type `application/json`.
+    ///
+    /// # Panics
+    /// If `value` cannot be serialized (a test bug).
+    pub fn json(value: &(impl Serialize + ?Sized)) -> Self {
+        let body = serde_json::to_vec(value).expect("test message body must serialize to JSON");
+        TestMessage::new(body).content_type("application/json")
+    }
+
+    /// Sets any ABI `meta_get` key.
+    pub fn meta(mut self, key: &str, value: impl ToString) -> Self {
+        self.meta.insert(key.to_owned(), value.to_string());
+        self
+    }
+
+    /// The routing key of this delivery.
+    pub fn routing_key(self, key: &str) -> Self {
+        self.meta("routing-key", key)
+    }
+
+    /// The key it was first published with (defaults to the routing key).
+    pub fn original_routing_key(self, key: &str) -> Self {
+        self.meta("original-routing-key", key)
+    }
+
+    /// The exchange it came through.
+    pub fn exchange(self, exchange: &str) -> Self {
+        self.meta("exchange", exchange)
+    }
+
+    /// The queue consumed.
+    pub fn queue(self, queue: &str) -> Self {
+        self.meta("queue", queue)
+    }
+
+    /// Which call this is (1 = first).
+    pub fn attempt(self, attempt: u32) -> Self {
+        self.meta("attempt", attempt)
+    }
+
+    /// The broker's redelivered flag.
+    pub fn redelivered(self, redelivered: bool) -> Self {
+        self.meta("redelivered", redelivered)
+    }
+
+    /// The `message_id` property.
+    pub fn message_id(self, id: &str) -> Self {
+        self.meta("message-id", id)
+    }
+
+    /// The `correlation_id` property.
+    pub fn correlation_id(self, id: &str) -> Self {
+        self.meta("correlation-id", id)
+    }
+
+    /// The `content_type` property.
+    pub fn content_type(self, content_type: &str) -> Self {
+        self.meta("content-type", content_type)
+    }
+
+    /// The `timestamp` property, in seconds since the Unix epoch.
+    pub fn timestamp(self, seconds: u64) -> Self {
+        self.meta("timestamp", seconds)
+    }
+
+    /// An AMQP header, as the text the host would hand over.
+    pub fn header(self, name: &str, value: impl ToString) -> Self {
+        self.meta(&format!("header:{name}"), value)
+    }
+
+    /// The subscription config, as the `[subscription.config]` table would arrive.
+    ///
+    /// # Panics
+    /// If `value` cannot be serialized (a test bug).
+    pub fn config(mut self, value: impl Serialize) -> Self {
+        self.config = Some(serde_json::to_vec(&value).expect("test config must serialize to JSON"));
+        self
+    }
+
+    /// Only these exchanges may be published to (the subscription's `publish` list); others are
+    /// refused with [`PublishError::ExchangeNotAllowed`](crate::PublishError::ExchangeNotAllowed).
+    pub fn allow_publish<S: Into<String>>(
+        mut self,
+        exchanges: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.allowed_exchanges = Some(exchanges.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Refuse every publish with this (negative) ABI code, to test the refusal path.
+    pub fn refuse_publish(mut self, code: i32) -> Self {
+        self.publish_refusal = Some(code);
+        self
+    }
+
+    /// Calls `handler` through the same path as the wasm export and reports what it did.
+    ///
+    /// A panic becomes [`Outcome::Retry`] with the panic message, as a trap does in the host.
+    pub fn run<R: IntoOutcome>(self, handler: impl FnOnce(&Message) -> R) -> TestRun {
+        install_panic_hook();
+        let mut meta = self.meta;
+        if !meta.contains_key("original-routing-key") {
+            let key = meta.get("routing-key").cloned().unwrap_or_default();
+            meta.insert("original-routing-key".to_owned(), key);
+        }
+        native::enter(Context {
+            body: self.body,
+            meta,
+            config: self.config,
+            allowed_exchanges: self.allowed_exchanges,
+            publish_refusal: self.publish_refusal,
+            ..Context::default()
+        });
+        let code = catch_unwind(AssertUnwindSafe(|| rt::handle(handler)));
+        let ctx = native::leave().unwrap_or_default();
+        let reason = ctx.reason.unwrap_or_default();
+        let outcome = match code {
+            Ok(0) => Outcome::Ok,
+            Ok(2) => Outcome::Fail(reason),
+            // 1, or a panic (a trap on wasm).
+            _ => Outcome::Retry(if reason.is_empty() {
+                "panicked".to_owned()
+            } else {
+                reason
+            }),
+        };
+        TestRun {
+            outcome,
+            publishes: ctx
+                .publishes
+                .into_iter()
+                .map(|p| Published {
+                    exchange: p.exchange,
+                    routing_key: p.routing_key,
+                    body: p.body,
+                    delay: (p.delay_ms > 0)
+                        .then(|| Duration::from_millis(p.delay_ms.unsigned_abs())),
+                })
+                .collect(),
+            logs: ctx
+                .logs
+                .into_iter()
+                .map(|(level, message)| LogLine {
+                    level: Level::from_code(level),
+                    message,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What a handler did with one [`TestMessage`].
+#[derive(Debug, Clone)]
+pub struct TestRun {
+    /// Its answer, with the reason it set.
+    pub outcome: Outcome,
+    /// The publishes it asked for, in order. The host sends them only if the outcome is ok.
+    pub publishes: Vec<Published>,
+    /// The lines it logged, in order.
+    pub logs: Vec<LogLine>,
+}
+
+impl TestRun {
+    /// Whether any log line contains `needle`.
+    pub fn logged(&self, needle: &str) -> bool {
+        self.logs.iter().any(|l| l.message.contains(needle))
+    }
+}
+
+/// One message a handler asked to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// Target exchange.
+    pub exchange: String,
+    /// Routing key.
+    pub routing_key: String,
+    /// Body bytes.
+    pub body: Vec<u8>,
+    /// The delay asked for, if any.
+    pub delay: Option<Duration>,
+}
+
+impl Published {
+    /// The body parsed as JSON.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.body)
+    }
+
+    /// The body as text (lossy).
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One logged line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    /// Its level.
+    pub level: Level,
+    /// Its text.
+    pub message: String,
+}
+
+/// Routes panics inside a test run to the run (as the wasm hook does) and leaves every other
+/// panic to the previous hook, so the test harness still reports failing asserts.
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if native::active() {
+                rt::on_panic(info);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Error, PublishError, ResultExt, publish, publish_delayed};
+
+    #[test]
+    fn metadata_reaches_the_handler() {
+        let run = TestMessage::new("body")
+            .routing_key("svc@q")
+            .original_routing_key("user.created")
+            .exchange("master")
+            .queue("svc@q")
+            .attempt(3)
+            .redelivered(true)
+            .message_id("m-1")
+            .correlation_id("c-1")
+            .content_type("text/plain")
+            .timestamp(1_700_000_000)
+            .header("x-n", 5)
+            .run(|msg: &Message| {
+                assert_eq!(msg.body(), b"body");
+                assert_eq!(msg.routing_key(), "svc@q");
+                assert_eq!(msg.original_routing_key(), "user.created");
+                assert_eq!(msg.exchange(), "master");
+                assert_eq!(msg.queue(), "svc@q");
+                assert_eq!(msg.attempt(), 3);
+                assert!(msg.redelivered());
+                assert_eq!(msg.message_id(), Some("m-1"));
+                assert_eq!(msg.correlation_id(), Some("c-1"));
+                assert_eq!(msg.content_type(), Some("text/plain"));
+                assert_eq!(msg.timestamp(), Some(1_700_000_000));
+                assert_eq!(msg.header("x-n").as_deref(), Some("5"));
+                assert_eq!(msg.header("missing"), None);
+            });
+        assert_eq!(run.outcome, Outcome::Ok);
+    }
+
+    #[test]
+    fn original_routing_key_defaults_to_routing_key() {
+        let run = TestMessage::new("").routing_key("a.b").run(|m: &Message| {
+            assert_eq!(m.original_routing_key(), "a.b");
+        });
+        assert!(run.outcome.is_ok());
+    }
+
+    #[test]
+    fn reasons_travel_with_retry_and_fail() {
+        let retry = TestMessage::new("").run(|_: &Message| Outcome::retry("later"));
+        assert_eq!(retry.outcome, Outcome::retry("later"));
+        let fail =
+            TestMessage::new("").run(|_: &Message| -> Result<(), Error> { Err(Error::fail("no")) });
+        assert_eq!(fail.outcome, Outcome::fail("no"));
+        let parsed = TestMessage::new("x").run(|_: &Message| -> Result<(), Error> {
+            "x".parse::<i32>().or_retry()?;
+            Ok(())
+        });
+        assert!(parsed.outcome.is_retry());
+    }
+
+    #[test]
+    fn malformed_json_fails() {
+        let run =
+            TestMessage::new("{nope").run(|m: &Message| m.json::<serde_json::Value>().map(drop));
+        assert!(run.outcome.is_fail(), "{:?}", run.outcome);
+        assert!(run.outcome.reason().unwrap().starts_with("malformed JSON"));
+    }
+
+    #[test]
+    fn panic_becomes_retry_with_message() {
+        let run = TestMessage::new("").run(|_: &Message| -> Outcome { panic!("boom {}", 42) });
+        let reason = run.outcome.reason().unwrap().to_owned();
+        assert!(run.outcome.is_retry());
+        assert!(
+            reason.contains("boom 42") && reason.starts_with("panicked at "),
+            "{reason}"
+        );
+        assert_eq!(run.logs.last().map(|l| l.level), Some(Level::Error));
+    }
+
+    #[test]
+    fn publishes_are_recorded_with_delay() {
+        let run = TestMessage::new("").run(|_: &Message| -> Result<(), Error> {
+            publish("master", "a", "1")?;
+            publish_delayed("master", "b", "2", Duration::from_micros(10))?;
+            publish_delayed("master", "c", "3", Duration::ZERO)?;
+            Ok(())
+        });
+        let delays: Vec<_> = run.publishes.iter().map(|p| p.delay).collect();
+        assert_eq!(delays, [None, Some(Duration::from_millis(1)), None]);
+        assert_eq!(run.publishes[1].body_text(), "2");
+    }
+
+    #[test]
+    fn refused_publish_is_an_error_and_retries() {
+        let run = TestMessage::new("")
+            .allow_publish(["master"])
+            .run(|_: &Message| {
+                assert_eq!(
+                    publish("other", "k", ""),
+                    Err(PublishError::ExchangeNotAllowed("other".into()))
+                );
+                publish("other", "k", "")
+            });
+        assert!(run.outcome.is_retry());
+        assert!(run.publishes.is_empty());
+        for (code, expected) in [
+            (-2, PublishError::LimitExceeded),
+            (-3, PublishError::DelayRefused),
+            (-9, PublishError::Refused(-9)),
+        ] {
+            TestMessage::new("")
+                .refuse_publish(code)
+                .run(|_: &Message| {
+                    assert_eq!(publish("master", "k", ""), Err(expected.clone()));
+                });
+        }
+    }
+
+    #[test]
+    fn config_defaults_to_empty_table() {
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Cfg {
+            n: u32,
+        }
+        let run = TestMessage::new("").run(|_: &Message| -> Result<(), Error> {
+            assert_eq!(crate::config::<Cfg>()?.n, 0);
+            Ok(())
+        });
+        assert!(run.outcome.is_ok());
+        let bad = TestMessage::new("")
+            .config(serde_json::json!({"n": "x"}))
+            .run(|_: &Message| crate::config::<Cfg>().map(drop));
+        assert!(bad.outcome.is_retry());
+        assert!(
+            bad.outcome
+                .reason()
+                .unwrap()
+                .starts_with("bad plugin config")
+        );
+    }
+
+    #[test]
+    fn logs_keep_levels() {
+        let run = TestMessage::new("").run(|_: &Message| {
+            crate::trace!("t");
+            crate::debug!("d");
+            crate::info!("i {}", 1);
+            crate::warn!("w");
+            crate::error!("e");
+        });
+        let levels: Vec<_> = run.logs.iter().map(|l| l.level).collect();
+        assert_eq!(
+            levels,
+            [
+                Level::Trace,
+                Level::Debug,
+                Level::Info,
+                Level::Warn,
+                Level::Error
+            ]
+        );
+        assert!(run.logged("i 1"));
+    }
+}

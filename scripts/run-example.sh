@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs worker-host with the example worker.toml and plugins, after making sure RabbitMQ answers.
+# Extra arguments go to `worker-host run` (for example: -c other.toml).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/broker.sh
+
+ensure_broker
+for wasm in plugins/user_monitor.wasm plugins/order_close.wasm plugins/flaky.wasm; do
+  [ -f "$wasm" ] || { scripts/build-plugins.sh; break; }
+done
+exec cargo run --release --locked -p worker-host -- run -c worker.toml "$@"

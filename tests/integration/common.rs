@@ -1,0 +1,247 @@
+//! Shared helpers: broker connection, unique names, polling with a deadline.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use lapin::{Connection, ConnectionProperties};
+
+/// The broker the tests use.
+pub fn broker_url() -> String {
+    std::env::var("WORKER_TEST_BROKER_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_string())
+}
+
+/// Connects to the test broker, or panics with the command that starts it.
+pub async fn connect() -> Connection {
+    let url = broker_url();
+    match Connection::connect(&url, ConnectionProperties::default()).await {
+        Ok(conn) => conn,
+        Err(err) => panic!(
+            "RabbitMQ is not reachable at {url}: {err}\n\
+             start it with: rabbitmq-server -detached\n\
+             (install it with: apt-get update && apt-get install -y rabbitmq-server)"
+        ),
+    }
+}
+
+/// A name no other test (or earlier run) uses: `prefix-<pid>-<n>-<nanos>`.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{}-{}-{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A worker-host service running in-process on its own config folder; stopped by `stop` (which
+/// drains like SIGTERM) or, as a last resort, when dropped.
+pub struct Service {
+    pub dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Service {
+    /// Writes `worker_toml` and `plugins` (file name, bytes) into a fresh folder and starts the
+    /// service there. `[broker]` is prepended when the text has none.
+    pub async fn start(worker_toml: &str, plugins: &[(&str, &[u8])]) -> Service {
+        init_logs();
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
+        for (name, bytes) in plugins {
+            std::fs::write(dir.path().join("plugins").join(name), bytes).expect("write plugin");
+        }
+        let text = if worker_toml.contains("[broker]") {
+            worker_toml.to_string()
+        } else {
+            format!("[broker]\nurl = \"{}\"\n\n{worker_toml}", broker_url())
+        };
+        let path = dir.path().join("worker.toml");
+        std::fs::write(&path, text).expect("write worker.toml");
+        let (config, _warnings) = worker_host::config::Config::parse(
+            &std::fs::read_to_string(&path).expect("read back"),
+            &path,
+        )
+        .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(worker_host::run(config, async move {
+            let _ = stopped.await;
+        }));
+        Service {
+            dir,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Asks the service to drain and waits for it; panics if it failed.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            match tokio::time::timeout(Duration::from_secs(30), task).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(err))) => panic!("service failed: {err:#}"),
+                Ok(Err(err)) => panic!("service panicked: {err}"),
+                Err(_) => panic!("service did not stop within 30s"),
+            }
+        }
+    }
+
+    /// Waits for the service to end by itself (for tests of startup errors).
+    pub async fn wait_for_exit(mut self) -> anyhow::Result<()> {
+        let task = self.task.take().expect("running");
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("service still running after 30s")
+            .expect("service panicked")
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// A channel on a fresh connection, with confirms on.
+pub async fn channel() -> (Connection, lapin::Channel) {
+    let conn = connect().await;
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .expect("confirm_select");
+    (conn, ch)
+}
+
+/// Publishes a persistent message and waits for its confirm.
+pub async fn publish(
+    ch: &lapin::Channel,
+    exchange: &str,
+    key: &str,
+    body: &[u8],
+    props: lapin::BasicProperties,
+) {
+    let confirm = ch
+        .basic_publish(
+            exchange.into(),
+            key.into(),
+            lapin::options::BasicPublishOptions::default(),
+            body,
+            props.with_delivery_mode(2),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    assert!(confirm.is_ack(), "broker refused the publish");
+}
+
+/// Takes one message from `queue` (acked), if any.
+pub async fn get(ch: &lapin::Channel, queue: &str) -> Option<lapin::message::BasicGetMessage> {
+    let msg = ch
+        .basic_get(
+            queue.into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .expect("basic_get");
+    msg
+}
+
+/// Messages ready in `queue` (declares it passively; panics if missing).
+pub async fn depth(ch: &lapin::Channel, queue: &str) -> u32 {
+    ch.queue_declare(
+        queue.into(),
+        lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("queue {queue} missing: {e}"))
+    .message_count()
+}
+
+/// Deletes queues and exchanges a test declared (ignores ones already gone).
+pub async fn cleanup(queues: &[String], exchanges: &[String]) {
+    let conn = connect().await;
+    for q in queues {
+        if let Ok(ch) = conn.create_channel().await {
+            let _ = ch
+                .queue_delete(q.as_str().into(), Default::default())
+                .await;
+        }
+    }
+    for e in exchanges {
+        if let Ok(ch) = conn.create_channel().await {
+            let _ = ch
+                .exchange_delete(e.as_str().into(), Default::default())
+                .await;
+        }
+    }
+    let _ = conn.close(200, "bye".into()).await;
+}
+
+/// Logs of the in-process service, shown for failing tests; RUST_LOG picks the level.
+pub fn init_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+/// Waits until `queue` exists and has a consumer (the service is up and bound).
+pub async fn wait_consuming(conn: &Connection, queue: &str) {
+    eventually(Duration::from_secs(20), &format!("a consumer on {queue}"), || async {
+        let probe = conn.create_channel().await.ok()?;
+        let q = probe
+            .queue_declare(
+                queue.into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                lapin::types::FieldTable::default(),
+            )
+            .await
+            .ok()?;
+        let _ = probe.close(200, "probe".into()).await;
+        (q.consumer_count() > 0).then_some(())
+    })
+    .await;
+}
