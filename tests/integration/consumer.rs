@@ -188,18 +188,20 @@ async fn a_retry_reaches_only_the_original_queue() {
     let other = format!("{}.other", n.p);
     let extra = format!(
         "max_retries = 3\nretry_delays = [\"200ms\"]\n\n[[subscription]]\nqueue = \"{other}\"\n\
-         plugin = \"script.wasm\"\nbindings = [\"{p}.key.*\"]\npublish = [\"{out}\"]\n",
+         plugin = \"script.wasm\"\nbindings = [\"{p}.key.*\"]\npublish = [\"{out}\"]\n\
+         retry_delays = [\"200ms\"]\n",
         p = n.p,
         out = n.out()
     );
     let (svc, _conn, ch) = start(&n, &extra).await;
-    // The first queue retries once then publishes; the other publishes at once.
+    // Both queues get the message; each retries once (through its own retry queue), then
+    // publishes. A retry that leaked to the other queue would publish a third time.
     common::publish(&ch, &n.master(), &format!("{}.key.x", n.p), b"r2", props_publishing_to(&n.out())).await;
     wait_get(&ch, &n.seen(), Duration::from_secs(15)).await;
     wait_get(&ch, &n.seen(), Duration::from_secs(15)).await;
     svc.stop().await;
     assert!(common::get(&ch, &n.seen()).await.is_none(), "the retry did not reach the other queue");
-    n.cleanup(&[other.clone(), format!("{other}@failed"), format!("{other}@retry.30s")]).await;
+    n.cleanup(&[other.clone(), format!("{other}@failed"), format!("{other}@retry.200ms")]).await;
 }
 
 #[tokio::test]

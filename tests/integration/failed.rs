@@ -50,7 +50,8 @@ impl Setup {
     }
     /// Starts the service and waits until it consumes (so its whole topology is declared).
     async fn start(&self) -> Service {
-        let service = Service::start(&self.toml(), &[("failing.wasm", FAILING.as_bytes())]).await;
+        let wasm = wat::parse_str(FAILING).expect("the failing plugin parses");
+        let service = Service::start(&self.toml(), &[("failing.wasm", &wasm)]).await;
         let conn = common::connect().await;
         let q = self.q();
         common::eventually(Duration::from_secs(20), "the service consuming its queue", || {

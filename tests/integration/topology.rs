@@ -235,3 +235,29 @@ async fn quorum_subscription_declares_quorum_queues() {
 
     cleanup(&conn, &[&quorum]).await;
 }
+
+#[tokio::test]
+async fn seed_style_queues_without_queue_type_are_accepted() {
+    let conn = connect().await;
+    let queue = unique("topo-seed");
+    let plan = plan(&format!(
+        "{}\n[[subscription]]\nqueue = \"{queue}\"\nplugin = \"echo.wasm\"\nbindings = [\"user.*\"]\n",
+        header("topo-seed-ex")
+    ));
+    // Seed 000 declares its queues durable with no x-queue-type; the host says "classic".
+    let channel = conn.create_channel().await.expect("channel");
+    for name in [queue.clone(), format!("{queue}@failed")] {
+        let options = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        channel
+            .queue_declare(name.as_str().into(), options, FieldTable::default())
+            .await
+            .expect("seed-style declare");
+    }
+    plan.declare(&conn)
+        .await
+        .expect("classic is what an absent x-queue-type means");
+    cleanup(&conn, &[&plan]).await;
+}

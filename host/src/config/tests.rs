@@ -302,3 +302,12 @@ fn warnings_name_file_line_and_column() {
         "{shown}"
     );
 }
+
+#[test]
+fn unreadable_file_names_the_path() {
+    let path = fixtures("good").join("no-such-file.toml");
+    let err = Config::load(&path).expect_err("missing file");
+    assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+    assert!(err.to_string().starts_with("cannot read "), "{err}");
+    assert!(err.to_string().contains("no-such-file.toml"), "{err}");
+}

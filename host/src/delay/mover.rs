@@ -150,7 +150,7 @@ impl Delayer {
                         _ => None,
                     });
                 let props = restored(&properties, &self.prefix);
-                match self.deliver(publisher, exchange, key, &data, props).await {
+                match self.deliver(publisher, exchange, key, &data, props, &properties).await {
                     Ok(()) => {
                         debug!(exchange, routing_key = key, message_id, late_ms, "delayed message delivered");
                         Ok(())
@@ -184,8 +184,8 @@ impl Delayer {
         }
     }
 
-    /// Publishes to the target; when the target exchange turns out to be missing, parks the
-    /// message instead.
+    /// Publishes to the target with the restored `props`; when the target exchange turns out
+    /// to be missing, parks the message as `received` (delay headers kept for diagnosis).
     async fn deliver(
         &self,
         publisher: &Publisher<'_>,
@@ -193,10 +193,11 @@ impl Delayer {
         key: &str,
         body: &[u8],
         props: BasicProperties,
+        received: &BasicProperties,
     ) -> anyhow::Result<()> {
         let channel = publisher.current().await?;
         // Not mandatory: at its due time a delayed message behaves like a plain publish.
-        let err = match publish_confirmed(&channel, exchange, key, body, props.clone(), false).await {
+        let err = match publish_confirmed(&channel, exchange, key, body, props, false).await {
             Ok(()) => return Ok(()),
             Err(err) => err,
         };
@@ -205,7 +206,7 @@ impl Delayer {
         }
         warn!(exchange, routing_key = key, "delayed message for a missing exchange; parked in {}", self.dead());
         let why = format!("exchange {exchange:?} does not exist");
-        self.park(publisher, &props, body, &why).await
+        self.park(publisher, received, body, &why).await
     }
 
     /// Puts a message the mover cannot deliver into the dead queue, with its headers and why.
