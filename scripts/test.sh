@@ -11,5 +11,7 @@ echo "== building plugins from source"
 scripts/build-plugins.sh
 echo "== host and SDK tests (unit, doc, integration against RabbitMQ)"
 cargo test --workspace --locked
+echo "== the new-plugin template builds and passes its test"
+scripts/new-plugin.sh --check
 echo "== plugins' native tests"
 cargo test --locked --manifest-path plugins/Cargo.toml

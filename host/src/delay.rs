@@ -159,7 +159,7 @@ impl Delayer {
     /// The exchange and queue name of `bit`, after its TTL: `worker.delay.4s`, `.125ms`.
     pub fn level_name(&self, bit: u32) -> String {
         let ms = Self::ttl_ms(bit);
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             format!("{}.{}s", self.prefix, ms / 1000)
         } else {
             format!("{}.{ms}ms", self.prefix)
@@ -236,7 +236,10 @@ impl Delayer {
                 durable: true,
                 arguments: vec![
                     ("x-message-ttl".into(), Arg::Int(ttl)),
-                    ("x-dead-letter-exchange".into(), Arg::Str(self.next_exchange(bit))),
+                    (
+                        "x-dead-letter-exchange".into(),
+                        Arg::Str(self.next_exchange(bit)),
+                    ),
                 ],
             });
         }
@@ -300,11 +303,23 @@ impl Delayer {
             let key = b.routing_key.as_str();
             match &b.destination {
                 Destination::Queue(q) => channel
-                    .queue_bind(q.as_str().into(), b.source.as_str().into(), key.into(), QueueBindOptions::default(), FieldTable::default())
+                    .queue_bind(
+                        q.as_str().into(),
+                        b.source.as_str().into(),
+                        key.into(),
+                        QueueBindOptions::default(),
+                        FieldTable::default(),
+                    )
                     .await
                     .with_context(|| format!("binding queue {q} to {} with {key}", b.source))?,
                 Destination::Exchange(e) => channel
-                    .exchange_bind(e.as_str().into(), b.source.as_str().into(), key.into(), ExchangeBindOptions::default(), FieldTable::default())
+                    .exchange_bind(
+                        e.as_str().into(),
+                        b.source.as_str().into(),
+                        key.into(),
+                        ExchangeBindOptions::default(),
+                        FieldTable::default(),
+                    )
                     .await
                     .with_context(|| format!("binding exchange {e} to {} with {key}", b.source))?,
             }
@@ -378,9 +393,11 @@ pub fn max_delay(config: &Config) -> Option<Duration> {
     match Delayer::from_config(config) {
         Ok(delayer) => delayer.map(|d| d.max_delay()),
         // Out-of-range levels: the largest topology we would build.
-        Err(_) => config
-            .delay
-            .map(|_| Delayer::new(MAX_LEVELS).map(|d| d.max_delay()).unwrap_or_default()),
+        Err(_) => config.delay.map(|_| {
+            Delayer::new(MAX_LEVELS)
+                .map(|d| d.max_delay())
+                .unwrap_or_default()
+        }),
     }
 }
 
@@ -462,7 +479,10 @@ mod tests {
         let d = delayer(2);
         assert_eq!(d.bits(), 5);
         // 2.5 s = 20 steps = 10100.
-        assert_eq!(d.routing_key(d.steps(Duration::from_millis(2500)).unwrap()), "1.0.1.0.0");
+        assert_eq!(
+            d.routing_key(d.steps(Duration::from_millis(2500)).unwrap()),
+            "1.0.1.0.0"
+        );
         assert_eq!(d.level_name(0), "worker.delay.125ms");
         assert_eq!(d.level_name(3), "worker.delay.1s");
         assert_eq!(d.entry_exchange(), "worker.delay.2s");
@@ -481,9 +501,15 @@ mod tests {
         assert_eq!(plan.exchanges.len(), 5);
         let q = plan.queue("t.500ms").expect("level queue");
         assert_eq!(q.argument("x-message-ttl"), Some(&Arg::Int(500)));
-        assert_eq!(q.argument("x-dead-letter-exchange"), Some(&Arg::Str("t.250ms".into())));
+        assert_eq!(
+            q.argument("x-dead-letter-exchange"),
+            Some(&Arg::Str("t.250ms".into()))
+        );
         let q = plan.queue("t.125ms").expect("level queue");
-        assert_eq!(q.argument("x-dead-letter-exchange"), Some(&Arg::Str("t.ready".into())));
+        assert_eq!(
+            q.argument("x-dead-letter-exchange"),
+            Some(&Arg::Str("t.ready".into()))
+        );
         assert!(plan.bindings.contains(&crate::topology::BindingSpec {
             source: "t.125ms".into(),
             destination: Destination::Exchange("t.ready".into()),

@@ -166,7 +166,9 @@ async fn replay_on(
                         .ack(BasicAckOptions::default())
                         .await
                         .with_context(|| {
-                            format!("acking a replayed message in {failed} (it may be replayed twice)")
+                            format!(
+                                "acking a replayed message in {failed} (it may be replayed twice)"
+                            )
                         })?;
                     moved += 1;
                 }
@@ -220,7 +222,11 @@ fn subscription<'a>(config: &'a Config, queue: &str) -> Result<&'a Subscription,
     Err(FailedError::UnknownQueue {
         queue: queue.to_string(),
         path: config.path.display().to_string(),
-        known: if known.is_empty() { "(none)".into() } else { known },
+        known: if known.is_empty() {
+            "(none)".into()
+        } else {
+            known
+        },
         hint,
     })
 }
@@ -243,7 +249,9 @@ async fn count(conn: &Connection, queue: &str) -> anyhow::Result<u64> {
             let _ = channel.close(200, "counted".into()).await;
             Ok(u64::from(q.message_count()))
         }
-        Err(err) if err.to_string().contains("NOT_FOUND") || err.to_string().contains("NOT-FOUND") => {
+        Err(err)
+            if err.to_string().contains("NOT_FOUND") || err.to_string().contains("NOT-FOUND") =>
+        {
             Err(FailedError::Missing {
                 queue: queue.to_string(),
             }
@@ -265,7 +273,10 @@ async fn get(channel: &Channel, queue: &str) -> anyhow::Result<Option<BasicGetMe
 fn replayed(properties: &BasicProperties) -> BasicProperties {
     let mut headers = properties.headers().clone().unwrap_or_default();
     headers.insert(outcome::ATTEMPTS.into(), AMQPValue::LongLongInt(0));
-    properties.clone().with_headers(headers).with_delivery_mode(2)
+    properties
+        .clone()
+        .with_headers(headers)
+        .with_delivery_mode(2)
 }
 
 /// The JSON line `failed list` prints for one message.
@@ -291,8 +302,20 @@ fn describe(message: &BasicGetMessage) -> Value {
         "body_truncated": body.len() > shown.len(),
     });
     let extra = [
-        ("correlation_id", props.correlation_id().as_ref().map(|s| Value::from(s.as_str()))),
-        ("content_type", props.content_type().as_ref().map(|s| Value::from(s.as_str()))),
+        (
+            "correlation_id",
+            props
+                .correlation_id()
+                .as_ref()
+                .map(|s| Value::from(s.as_str())),
+        ),
+        (
+            "content_type",
+            props
+                .content_type()
+                .as_ref()
+                .map(|s| Value::from(s.as_str())),
+        ),
         ("timestamp", props.timestamp().map(Value::from)),
     ];
     if let Value::Object(map) = &mut line {
@@ -328,13 +351,18 @@ mod tests {
     fn replay_resets_attempts_and_keeps_the_rest() {
         let mut h = FieldTable::default();
         h.insert(outcome::ATTEMPTS.into(), AMQPValue::LongLongInt(4));
-        h.insert(outcome::ORIG_ROUTING_KEY.into(), outcome::text("user.created"));
+        h.insert(
+            outcome::ORIG_ROUTING_KEY.into(),
+            outcome::text("user.created"),
+        );
         let props = BasicProperties::default()
             .with_message_id("m".into())
             .with_headers(h);
         let out = replayed(&props);
         let rendered: std::collections::BTreeMap<_, _> =
-            outcome::render_headers(out.headers().as_ref()).into_iter().collect();
+            outcome::render_headers(out.headers().as_ref())
+                .into_iter()
+                .collect();
         assert_eq!(rendered[outcome::ATTEMPTS], "0");
         assert_eq!(rendered[outcome::ORIG_ROUTING_KEY], "user.created");
         assert_eq!(out.message_id().as_ref().map(|s| s.as_str()), Some("m"));

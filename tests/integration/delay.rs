@@ -30,7 +30,10 @@ impl Topology {
             .expect("valid levels")
             .with_prefix(common::unique("wd"));
         let conn = common::connect().await;
-        delayer.declare(&conn).await.expect("declare the delay topology");
+        delayer
+            .declare(&conn)
+            .await
+            .expect("declare the delay topology");
         let _ = conn.close(200, "declared".into()).await;
         let cancel = CancellationToken::new();
         let mover = tokio::spawn(mover_forever(delayer.clone(), cancel.clone()));
@@ -140,13 +143,27 @@ async fn a_short_delay_overtakes_a_long_one_and_arrives_as_published() {
 
     let d = &topo.delayer;
     let t_long = Instant::now();
-    d.publish(&ch, &exchange, "order.late", b"late", props("late"), Duration::from_secs(10))
-        .await
-        .expect("publish 10s");
+    d.publish(
+        &ch,
+        &exchange,
+        "order.late",
+        b"late",
+        props("late"),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("publish 10s");
     let t_short = Instant::now();
-    d.publish(&ch, &exchange, "order.early", b"early", props("early"), Duration::from_secs(1))
-        .await
-        .expect("publish 1s");
+    d.publish(
+        &ch,
+        &exchange,
+        "order.early",
+        b"early",
+        props("early"),
+        Duration::from_secs(1),
+    )
+    .await
+    .expect("publish 1s");
 
     let mut seen = Vec::new();
     for _ in 0..2 {
@@ -155,15 +172,27 @@ async fn a_short_delay_overtakes_a_long_one_and_arrives_as_published() {
             .expect("a delayed message within 20s")
             .expect("consumer open")
             .expect("delivery");
-        let id = delivery.properties.message_id().as_ref().map(|s| s.as_str().to_string());
+        let id = delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.as_str().to_string());
         let id = id.unwrap_or_default();
-        let after = if id == "early" { t_short.elapsed() } else { t_long.elapsed() };
+        let after = if id == "early" {
+            t_short.elapsed()
+        } else {
+            t_long.elapsed()
+        };
         // What the consumer sees is what was published: exchange, key, properties, headers.
         assert_eq!(delivery.exchange.as_str(), exchange);
         assert_eq!(delivery.routing_key.as_str(), format!("order.{id}"));
         assert_eq!(header_names(&delivery.properties), vec!["mine".to_string()]);
         assert_eq!(
-            delivery.properties.content_type().as_ref().map(|s| s.as_str()),
+            delivery
+                .properties
+                .content_type()
+                .as_ref()
+                .map(|s| s.as_str()),
             Some("text/plain")
         );
         assert_eq!(delivery.data, id.as_bytes());
@@ -171,10 +200,19 @@ async fn a_short_delay_overtakes_a_long_one_and_arrives_as_published() {
         seen.push((id, after));
     }
     eprintln!("arrivals: {seen:?}");
-    assert_eq!(seen[0].0, "early", "the 1 s message must arrive first: {seen:?}");
-    assert!(seen[0].1 >= Duration::from_secs(1) && seen[0].1 < Duration::from_secs(2), "{seen:?}");
+    assert_eq!(
+        seen[0].0, "early",
+        "the 1 s message must arrive first: {seen:?}"
+    );
+    assert!(
+        seen[0].1 >= Duration::from_secs(1) && seen[0].1 < Duration::from_secs(2),
+        "{seen:?}"
+    );
     assert_eq!(seen[1].0, "late");
-    assert!(seen[1].1 >= Duration::from_secs(10) && seen[1].1 < Duration::from_secs(11), "{seen:?}");
+    assert!(
+        seen[1].1 >= Duration::from_secs(10) && seen[1].1 < Duration::from_secs(11),
+        "{seen:?}"
+    );
 
     let _ = conn.close(200, "bye".into()).await;
     common::cleanup(&[queue], &[exchange]).await;
@@ -220,7 +258,11 @@ async fn precision_over_a_spread_of_delays() {
             .expect("consumer open")
             .expect("delivery");
         let now = Instant::now();
-        let id = delivery.properties.message_id().as_ref().map(|s| s.as_str().to_string());
+        let id = delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.as_str().to_string());
         let due = due[&id.unwrap_or_default()];
         let error_ms = if now >= due {
             now.duration_since(due).as_millis() as i64
@@ -242,7 +284,10 @@ async fn precision_over_a_spread_of_delays() {
     );
     eprintln!("all errors (ms): {errors_ms:?}");
     assert!(errors_ms[0] >= 0, "a message arrived early: {errors_ms:?}");
-    assert!(*errors_ms.last().expect("50 errors") <= 1000, "a message was over 1 s late: {errors_ms:?}");
+    assert!(
+        *errors_ms.last().expect("50 errors") <= 1000,
+        "a message was over 1 s late: {errors_ms:?}"
+    );
 
     let _ = conn.close(200, "bye".into()).await;
     common::cleanup(&[queue], &[exchange]).await;
@@ -256,17 +301,35 @@ async fn a_message_for_a_missing_exchange_is_parked_and_the_mover_goes_on() {
     let (exchange, queue) = target(&ch, "#").await;
     let missing = common::unique("wd-missing");
     let d = &topo.delayer;
-    d.publish(&ch, &missing, "k", b"lost?", props("orphan"), Duration::from_millis(500))
-        .await
-        .expect("publish to a missing exchange");
-    d.publish(&ch, &exchange, "k", b"fine", props("fine"), Duration::from_secs(1))
-        .await
-        .expect("publish");
+    d.publish(
+        &ch,
+        &missing,
+        "k",
+        b"lost?",
+        props("orphan"),
+        Duration::from_millis(500),
+    )
+    .await
+    .expect("publish to a missing exchange");
+    d.publish(
+        &ch,
+        &exchange,
+        "k",
+        b"fine",
+        props("fine"),
+        Duration::from_secs(1),
+    )
+    .await
+    .expect("publish");
 
-    let parked = common::eventually(Duration::from_secs(10), "the orphan parked in the dead queue", || {
-        let (ch, dead) = (ch.clone(), d.dead());
-        async move { common::get(&ch, &dead).await }
-    })
+    let parked = common::eventually(
+        Duration::from_secs(10),
+        "the orphan parked in the dead queue",
+        || {
+            let (ch, dead) = (ch.clone(), d.dead());
+            async move { common::get(&ch, &dead).await }
+        },
+    )
     .await;
     assert_eq!(parked.delivery.data, b"lost?");
     let rendered: std::collections::BTreeMap<_, _> =
@@ -277,10 +340,14 @@ async fn a_message_for_a_missing_exchange_is_parked_and_the_mover_goes_on() {
     assert_eq!(rendered["x-delay-exchange"], missing);
     assert_eq!(rendered["mine"], "kept");
 
-    let fine = common::eventually(Duration::from_secs(10), "the next message delivered", || {
-        let (ch, queue) = (ch.clone(), queue.clone());
-        async move { common::get(&ch, &queue).await }
-    })
+    let fine = common::eventually(
+        Duration::from_secs(10),
+        "the next message delivered",
+        || {
+            let (ch, queue) = (ch.clone(), queue.clone());
+            async move { common::get(&ch, &queue).await }
+        },
+    )
     .await;
     assert_eq!(fine.delivery.data, b"fine");
 
@@ -294,7 +361,14 @@ async fn delays_beyond_the_maximum_are_refused() {
     let d = Delayer::new(2).expect("valid levels");
     let (conn, ch) = common::channel().await;
     let err = d
-        .publish(&ch, "anything", "k", b"x", BasicProperties::default(), Duration::from_secs(5))
+        .publish(
+            &ch,
+            "anything",
+            "k",
+            b"x",
+            BasicProperties::default(),
+            Duration::from_secs(5),
+        )
         .await
         .expect_err("5 s is beyond 2 levels");
     let err = err.downcast::<DelayError>().expect("a DelayError");
@@ -318,7 +392,11 @@ async fn the_topology_binds_levels_exchange_to_exchange() {
     for q in &plan.queues {
         common::depth(&ch, &q.name).await;
     }
-    assert!(plan.bindings.iter().any(|b| matches!(&b.destination, Destination::Exchange(e) if *e == topo.delayer.ready())));
+    assert!(
+        plan.bindings.iter().any(
+            |b| matches!(&b.destination, Destination::Exchange(e) if *e == topo.delayer.ready())
+        )
+    );
     let _ = conn.close(200, "bye".into()).await;
     topo.stop().await;
 }
@@ -334,7 +412,14 @@ async fn a_waiting_message_survives_a_broker_restart() {
     let delay = Duration::from_secs(20);
     let due = Instant::now() + delay;
     topo.delayer
-        .publish(&ch, &exchange, "restart", b"durable", props("durable"), delay)
+        .publish(
+            &ch,
+            &exchange,
+            "restart",
+            b"durable",
+            props("durable"),
+            delay,
+        )
         .await
         .expect("publish");
     let _ = conn.close(200, "bye".into()).await;
@@ -349,14 +434,21 @@ async fn a_waiting_message_survives_a_broker_restart() {
         }
     });
     restart.await.expect("restart task");
-    eprintln!("broker restarted {:?} before the due time", due.saturating_duration_since(Instant::now()));
+    eprintln!(
+        "broker restarted {:?} before the due time",
+        due.saturating_duration_since(Instant::now())
+    );
 
     // The broker is back (start_app returned); the mover reconnects by itself.
     let (conn, ch) = common::channel().await;
-    let got = common::eventually(Duration::from_secs(60), "the delayed message after the restart", || {
-        let (ch, queue) = (ch.clone(), queue.clone());
-        async move { common::get(&ch, &queue).await }
-    })
+    let got = common::eventually(
+        Duration::from_secs(60),
+        "the delayed message after the restart",
+        || {
+            let (ch, queue) = (ch.clone(), queue.clone());
+            async move { common::get(&ch, &queue).await }
+        },
+    )
     .await;
     let now = Instant::now();
     assert_eq!(got.delivery.data, b"durable");

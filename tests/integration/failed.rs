@@ -54,19 +54,26 @@ impl Setup {
         let service = Service::start(&self.toml(), &[("failing.wasm", &wasm)]).await;
         let conn = common::connect().await;
         let q = self.q();
-        common::eventually(Duration::from_secs(20), "the service consuming its queue", || {
-            let (conn, q) = (&conn, q.clone());
-            async move {
-                let probe = conn.create_channel().await.ok()?;
-                let passive = lapin::options::QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                };
-                let queue = probe.queue_declare(q.as_str().into(), passive, FieldTable::default()).await.ok()?;
-                let _ = probe.close(200, "probed".into()).await;
-                (queue.consumer_count() > 0).then_some(())
-            }
-        })
+        common::eventually(
+            Duration::from_secs(20),
+            "the service consuming its queue",
+            || {
+                let (conn, q) = (&conn, q.clone());
+                async move {
+                    let probe = conn.create_channel().await.ok()?;
+                    let passive = lapin::options::QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    };
+                    let queue = probe
+                        .queue_declare(q.as_str().into(), passive, FieldTable::default())
+                        .await
+                        .ok()?;
+                    let _ = probe.close(200, "probed".into()).await;
+                    (queue.consumer_count() > 0).then_some(())
+                }
+            },
+        )
         .await;
         let _ = conn.close(200, "bye".into()).await;
         service
@@ -100,15 +107,21 @@ fn props(i: usize) -> BasicProperties {
 }
 
 async fn wait_depth(ch: &lapin::Channel, queue: &str, n: u32) {
-    common::eventually(Duration::from_secs(20), &format!("{n} messages in {queue}"), || {
-        let (ch, queue) = (ch.clone(), queue.to_string());
-        async move { (common::depth(&ch, &queue).await == n).then_some(()) }
-    })
+    common::eventually(
+        Duration::from_secs(20),
+        &format!("{n} messages in {queue}"),
+        || {
+            let (ch, queue) = (ch.clone(), queue.to_string());
+            async move { (common::depth(&ch, &queue).await == n).then_some(()) }
+        },
+    )
     .await;
 }
 
 fn headers(props: &BasicProperties) -> BTreeMap<String, String> {
-    outcome::render_headers(props.headers().as_ref()).into_iter().collect()
+    outcome::render_headers(props.headers().as_ref())
+        .into_iter()
+        .collect()
 }
 
 #[tokio::test]
@@ -118,13 +131,22 @@ async fn list_prints_parked_messages_without_removing_them() {
     let config = s.config(&service);
     let (conn, ch) = common::channel().await;
     for i in 0..3 {
-        common::publish(&ch, &s.master(), "evt.created", format!("body {i}").as_bytes(), props(i)).await;
+        common::publish(
+            &ch,
+            &s.master(),
+            "evt.created",
+            format!("body {i}").as_bytes(),
+            props(i),
+        )
+        .await;
     }
     wait_depth(&ch, &s.failed(), 3).await;
     service.stop().await;
 
     let mut out = Vec::new();
-    let listed = failed::list(&config, &s.q(), Some(2), &mut out).await.expect("list");
+    let listed = failed::list(&config, &s.q(), Some(2), &mut out)
+        .await
+        .expect("list");
     assert_eq!(listed, 2);
     let lines: Vec<serde_json::Value> = String::from_utf8(out)
         .expect("utf-8")
@@ -142,12 +164,22 @@ async fn list_prints_parked_messages_without_removing_them() {
     assert_eq!(first["headers"]["worker-attempts"], 1);
     assert_eq!(first["headers"]["worker-failed-reason"], "fail");
     assert_eq!(first["headers"]["worker-plugin"], "failing.wasm");
-    assert!(first["headers"].get("mine").is_none(), "only worker-* headers: {first}");
+    assert!(
+        first["headers"].get("mine").is_none(),
+        "only worker-* headers: {first}"
+    );
 
     // Nothing was taken for good: all three are back, first one still first.
     wait_depth(&ch, &s.failed(), 3).await;
     let head = common::get(&ch, &s.failed()).await.expect("a message");
-    assert_eq!(head.delivery.properties.message_id().as_ref().map(|m| m.as_str()), Some("m0"));
+    assert_eq!(
+        head.delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|m| m.as_str()),
+        Some("m0")
+    );
 
     let _ = conn.close(200, "bye".into()).await;
     s.cleanup().await;
@@ -166,7 +198,9 @@ async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
     service.stop().await;
     assert_eq!(common::depth(&ch, &s.other()).await, 3);
 
-    let moved = failed::replay(&config, &s.q(), Some(2)).await.expect("replay");
+    let moved = failed::replay(&config, &s.q(), Some(2))
+        .await
+        .expect("replay");
     assert_eq!(moved, 2);
     wait_depth(&ch, &s.q(), 2).await;
     assert_eq!(common::depth(&ch, &s.failed()).await, 1);
@@ -176,7 +210,10 @@ async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
     for i in 0..2 {
         let msg = common::get(&ch, &s.q()).await.expect("a replayed message");
         let props = &msg.delivery.properties;
-        assert_eq!(props.message_id().as_ref().map(|m| m.as_str().to_string()), Some(format!("m{i}")));
+        assert_eq!(
+            props.message_id().as_ref().map(|m| m.as_str().to_string()),
+            Some(format!("m{i}"))
+        );
         assert_eq!(msg.delivery.routing_key.as_str(), s.q());
         assert_eq!(*props.delivery_mode(), Some(2));
         let h = headers(props);
@@ -185,7 +222,10 @@ async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
         assert_eq!(h["mine"], format!("v{i}"));
         assert_eq!(h[outcome::FAILED_REASON], "fail");
         assert!(matches!(
-            props.headers().as_ref().and_then(|h| h.inner().get(outcome::ATTEMPTS)),
+            props
+                .headers()
+                .as_ref()
+                .and_then(|h| h.inner().get(outcome::ATTEMPTS)),
             Some(AMQPValue::LongLongInt(0))
         ));
     }
@@ -207,10 +247,13 @@ async fn replay_ends_while_the_plugin_still_fails() {
     wait_depth(&ch, &s.failed(), N as u32).await;
 
     // The service keeps failing what is replayed, parking it again behind the originals.
-    let moved = tokio::time::timeout(Duration::from_secs(30), failed::replay(&config, &s.q(), None))
-        .await
-        .expect("replay terminates")
-        .expect("replay");
+    let moved = tokio::time::timeout(
+        Duration::from_secs(30),
+        failed::replay(&config, &s.q(), None),
+    )
+    .await
+    .expect("replay terminates")
+    .expect("replay");
     assert_eq!(moved, N as u64);
     wait_depth(&ch, &s.failed(), N as u32).await;
     let again = common::get(&ch, &s.failed()).await.expect("parked again");
@@ -234,10 +277,18 @@ async fn an_unknown_queue_is_a_user_error() {
     let err = failed::list(&config, "nope", None, &mut Vec::new())
         .await
         .expect_err("unknown queue");
-    assert!(matches!(err.downcast_ref::<FailedError>(), Some(FailedError::UnknownQueue { .. })));
-    assert!(err.to_string().contains(&s.q()), "lists the known queues: {err}");
+    assert!(matches!(
+        err.downcast_ref::<FailedError>(),
+        Some(FailedError::UnknownQueue { .. })
+    ));
+    assert!(
+        err.to_string().contains(&s.q()),
+        "lists the known queues: {err}"
+    );
 
-    let err = failed::replay(&config, &s.failed(), None).await.expect_err("the @failed name");
+    let err = failed::replay(&config, &s.failed(), None)
+        .await
+        .expect_err("the @failed name");
     assert!(err.to_string().contains("not its failed queue"), "{err}");
     s.cleanup().await;
 }

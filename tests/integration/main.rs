@@ -3,6 +3,7 @@
 
 mod common;
 mod consumer;
+mod plugins;
 mod delay;
 mod failed;
 mod topology;

@@ -69,7 +69,11 @@ impl Delayer {
     /// exchange is gone is parked in the dead queue with `x-delay-error`; one that cannot be
     /// published for another reason is left for the broker to redeliver. Returns once every
     /// message it took is settled.
-    pub async fn run_mover(&self, conn: &Connection, cancel: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run_mover(
+        &self,
+        conn: &Connection,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()> {
         let ready = self.ready();
         let channel = conn
             .create_channel()
@@ -110,20 +114,51 @@ impl Delayer {
                 std::future::ready(next.is_ok())
             })
             .filter_map(|next| std::future::ready(next.ok()))
-            .for_each_concurrent(usize::from(PREFETCH), |delivery| self.move_one(delivery, &publisher))
+            .for_each_concurrent(usize::from(PREFETCH), |delivery| {
+                self.move_one(delivery, &publisher)
+            })
             .await;
         let failure = failure.into_inner().ok().flatten();
         let result = match failure {
             Some(err) => Err(anyhow::anyhow!("consuming {ready}: {err}")),
             None if cancel.is_cancelled() => Ok(()),
-            None => Err(anyhow::anyhow!("the broker cancelled the consumer of {ready}")),
+            None => Err(anyhow::anyhow!(
+                "the broker cancelled the consumer of {ready}"
+            )),
         };
         if result.is_ok() {
-            let _ = channel.basic_cancel(tag, BasicCancelOptions::default()).await;
+            let _ = channel
+                .basic_cancel(tag, BasicCancelOptions::default())
+                .await;
         }
         let _ = channel.close(200, "bye".into()).await;
-        let _ = publisher.channel.lock().await.close(200, "bye".into()).await;
+        let _ = publisher
+            .channel
+            .lock()
+            .await
+            .close(200, "bye".into())
+            .await;
         result
+    }
+
+    /// [`Delayer::run_mover`] for the life of `conn`: restarted a second after it fails while
+    /// the connection is up; returns when `cancel` fires or the connection is gone (the
+    /// service reconnects and calls it again).
+    pub async fn mover_loop(&self, conn: &Connection, cancel: CancellationToken) {
+        loop {
+            match self.run_mover(conn, cancel.clone()).await {
+                Ok(()) => return,
+                Err(err) if !conn.status().connected() => {
+                    warn!("delay mover stopped with the connection: {err:#}");
+                    return;
+                }
+                Err(err) => error!("delay mover stopped: {err:#}; restarting in 1s"),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
     }
 
     /// Delivers one due message and settles it. Never fails: problems are logged.
@@ -135,7 +170,8 @@ impl Delayer {
             ..
         } = delivery;
         let headers = properties.headers().as_ref();
-        let target = header_text(headers, EXCHANGE_HEADER).zip(header_text(headers, ROUTING_KEY_HEADER));
+        let target =
+            header_text(headers, EXCHANGE_HEADER).zip(header_text(headers, ROUTING_KEY_HEADER));
         let message_id = properties
             .message_id()
             .as_ref()
@@ -143,16 +179,26 @@ impl Delayer {
             .unwrap_or_default();
         let settled = match &target {
             Some((exchange, key)) => {
-                let late_ms = headers
-                    .and_then(|h| h.inner().get(DUE_HEADER))
-                    .and_then(|v| match v {
-                        AMQPValue::LongLongInt(due) => Some(now_ms() - due),
-                        _ => None,
-                    });
+                let late_ms =
+                    headers
+                        .and_then(|h| h.inner().get(DUE_HEADER))
+                        .and_then(|v| match v {
+                            AMQPValue::LongLongInt(due) => Some(now_ms() - due),
+                            _ => None,
+                        });
                 let props = restored(&properties, &self.prefix);
-                match self.deliver(publisher, exchange, key, &data, props, &properties).await {
+                match self
+                    .deliver(publisher, exchange, key, &data, props, &properties)
+                    .await
+                {
                     Ok(()) => {
-                        debug!(exchange, routing_key = key, message_id, late_ms, "delayed message delivered");
+                        debug!(
+                            exchange,
+                            routing_key = key,
+                            message_id,
+                            late_ms,
+                            "delayed message delivered"
+                        );
                         Ok(())
                     }
                     Err(err) => Err(err),
@@ -171,7 +217,10 @@ impl Delayer {
                 }
             }
             Err(err) => {
-                error!(message_id, "delay mover: not delivered, the broker will redeliver: {err:#}");
+                error!(
+                    message_id,
+                    "delay mover: not delivered, the broker will redeliver: {err:#}"
+                );
                 // Back off a little so a broken route does not spin.
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let _ = acker
@@ -204,7 +253,12 @@ impl Delayer {
         if exchange.is_empty() || exchange_exists(publisher.conn, exchange).await? {
             return Err(err);
         }
-        warn!(exchange, routing_key = key, "delayed message for a missing exchange; parked in {}", self.dead());
+        warn!(
+            exchange,
+            routing_key = key,
+            "delayed message for a missing exchange; parked in {}",
+            self.dead()
+        );
         let why = format!("exchange {exchange:?} does not exist");
         self.park(publisher, received, body, &why).await
     }
@@ -230,20 +284,30 @@ impl Delayer {
 
 /// Whether `exchange` exists, asked on a throwaway channel (a missing one closes it).
 async fn exchange_exists(conn: &Connection, exchange: &str) -> anyhow::Result<bool> {
-    let probe = conn.create_channel().await.context("opening a probe channel")?;
+    let probe = conn
+        .create_channel()
+        .await
+        .context("opening a probe channel")?;
     let passive = ExchangeDeclareOptions {
         passive: true,
         ..ExchangeDeclareOptions::default()
     };
     let found = probe
-        .exchange_declare(exchange.into(), ExchangeKind::Topic, passive, FieldTable::default())
+        .exchange_declare(
+            exchange.into(),
+            ExchangeKind::Topic,
+            passive,
+            FieldTable::default(),
+        )
         .await;
     match found {
         Ok(()) => {
             let _ = probe.close(200, "probed".into()).await;
             Ok(true)
         }
-        Err(err) if err.to_string().contains("NOT_FOUND") || err.to_string().contains("NOT-FOUND") => {
+        Err(err)
+            if err.to_string().contains("NOT_FOUND") || err.to_string().contains("NOT-FOUND") =>
+        {
             Ok(false)
         }
         Err(err) => Err(anyhow::Error::new(err).context(format!("checking exchange {exchange}"))),
@@ -258,7 +322,10 @@ pub(crate) fn restored(properties: &BasicProperties, prefix: &str) -> BasicPrope
         return properties.clone().with_delivery_mode(2);
     };
     let is_delay_queue = |v: &AMQPValue| {
-        text_of(v).is_some_and(|q| q.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('.')))
+        text_of(v).is_some_and(|q| {
+            q.strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with('.'))
+        })
     };
     let mut headers = FieldTable::default();
     let mut only_delay_deaths = false;
@@ -300,7 +367,10 @@ pub(crate) fn restored(properties: &BasicProperties, prefix: &str) -> BasicPrope
             .collect();
         headers = FieldTable::from(inner);
     }
-    properties.clone().with_headers(headers).with_delivery_mode(2)
+    properties
+        .clone()
+        .with_headers(headers)
+        .with_delivery_mode(2)
 }
 
 fn text_of(value: &AMQPValue) -> Option<&str> {
@@ -312,7 +382,11 @@ fn text_of(value: &AMQPValue) -> Option<&str> {
 }
 
 fn header_text(headers: Option<&FieldTable>, name: &str) -> Option<String> {
-    headers?.inner().get(name).and_then(text_of).map(str::to_string)
+    headers?
+        .inner()
+        .get(name)
+        .and_then(text_of)
+        .map(str::to_string)
 }
 
 #[cfg(test)]
@@ -335,9 +409,15 @@ mod tests {
         h.insert(DUE_HEADER.into(), AMQPValue::LongLongInt(1));
         h.insert(
             "x-death".into(),
-            AMQPValue::FieldArray(FieldArray::from(vec![death("worker.delay.1s"), death("worker.delay.4s")])),
+            AMQPValue::FieldArray(FieldArray::from(vec![
+                death("worker.delay.1s"),
+                death("worker.delay.4s"),
+            ])),
         );
-        h.insert("x-first-death-queue".into(), outcome::text("worker.delay.4s"));
+        h.insert(
+            "x-first-death-queue".into(),
+            outcome::text("worker.delay.4s"),
+        );
         h.insert("x-first-death-reason".into(), outcome::text("expired"));
         let props = BasicProperties::default()
             .with_message_id("m1".into())
@@ -358,7 +438,10 @@ mod tests {
         let mut h = FieldTable::default();
         h.insert(
             "x-death".into(),
-            AMQPValue::FieldArray(FieldArray::from(vec![death("worker.delay.1s"), death("q@retry.30s")])),
+            AMQPValue::FieldArray(FieldArray::from(vec![
+                death("worker.delay.1s"),
+                death("q@retry.30s"),
+            ])),
         );
         h.insert("x-first-death-queue".into(), outcome::text("q@retry.30s"));
         let out = restored(&BasicProperties::default().with_headers(h), "worker.delay");

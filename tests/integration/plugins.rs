@@ -1,0 +1,164 @@
+//! The example plugins, built from source by scripts/build-plugins.sh, run through the host.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lapin::BasicProperties;
+use lapin::types::FieldTable;
+use worker_host::outcome;
+
+use crate::common::{self, Service};
+
+/// A built example plugin from plugins/ (scripts/test.sh builds them before the tests).
+fn plugin(file: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins")
+        .join(file);
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("{}: {e}; build the plugins with scripts/build-plugins.sh", path.display())
+    })
+}
+
+fn headers_of(msg: &lapin::message::BasicGetMessage) -> BTreeMap<String, String> {
+    outcome::render_headers(msg.delivery.properties.headers().as_ref())
+        .into_iter()
+        .collect()
+}
+
+async fn wait_get(ch: &lapin::Channel, queue: &str, timeout: Duration) -> lapin::message::BasicGetMessage {
+    common::eventually(timeout, &format!("a message in {queue}"), || async {
+        common::get(ch, queue).await
+    })
+    .await
+}
+
+/// Names for one test: its own master/retry/failed exchanges and an `out` fanout with a `seen` queue.
+fn topology(p: &str) -> String {
+    format!(
+        "[exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
+         [[exchange]]\nname = \"{p}.out\"\ntype = \"topic\"\n\n\
+         [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"#\" }}]\n\n"
+    )
+}
+
+fn exchanges(p: &str) -> Vec<String> {
+    ["master", "retry", "failed", "out"].iter().map(|e| format!("{p}.{e}")).collect()
+}
+
+#[tokio::test]
+async fn user_monitor_acks_events_and_parks_malformed_json() {
+    let p = common::unique("umon");
+    let q = format!("{p}@user");
+    let toml = format!(
+        "{}[[subscription]]\nqueue = \"{q}\"\nplugin = \"user_monitor.wasm\"\nbindings = [\"user.*\"]\n\
+         [subscription.config]\ngreeting = \"hi\"\n",
+        topology(&p)
+    );
+    let svc = Service::start(&toml, &[("user_monitor.wasm", &plugin("user_monitor.wasm"))]).await;
+    let (conn, ch) = common::channel().await;
+    common::wait_consuming(&conn, &q).await;
+    let master = format!("{p}.master");
+    common::publish(&ch, &master, "user.created", br#"{"id": 7, "name": "ada"}"#, BasicProperties::default()).await;
+    common::publish(&ch, &master, "user.deleted", b"{not json", BasicProperties::default()).await;
+    let parked = wait_get(&ch, &format!("{q}@failed"), Duration::from_secs(10)).await;
+    assert_eq!(parked.delivery.data, b"{not json");
+    let h = headers_of(&parked);
+    assert_eq!(h["worker-failed-reason"], "fail");
+    assert_eq!(h["x-orig-routing-key"], "user.deleted");
+    assert_eq!(h["worker-plugin"], "user_monitor.wasm");
+    svc.stop().await;
+    assert_eq!(common::depth(&ch, &q).await, 0, "the good event was acked");
+    assert!(common::get(&ch, &format!("{q}@failed")).await.is_none(), "only the bad one parked");
+    common::cleanup(&[q.clone(), format!("{q}@failed"), format!("{q}@retry.30s"), format!("{p}.seen")], &exchanges(&p)).await;
+}
+
+#[tokio::test]
+async fn flaky_retries_then_publishes_on_ok() {
+    let p = common::unique("flaky");
+    let q = format!("{p}@flaky");
+    let toml = format!(
+        "{}[[subscription]]\nqueue = \"{q}\"\nplugin = \"flaky.wasm\"\nbindings = [\"demo.#\"]\n\
+         max_retries = 5\nretry_delays = [\"200ms\"]\npublish = [\"{p}.out\"]\n",
+        topology(&p)
+    );
+    let svc = Service::start(&toml, &[("flaky.wasm", &plugin("flaky.wasm"))]).await;
+    let (conn, ch) = common::channel().await;
+    common::wait_consuming(&conn, &q).await;
+    let body = format!(
+        r#"{{"outcome": "retry", "until_attempt": 3, "reason": "not yet",
+            "publish": [{{"exchange": "{p}.out", "routing_key": "done", "body": {{"n": 1}}}}]}}"#
+    );
+    common::publish(&ch, &format!("{p}.master"), "demo.x", body.as_bytes(), BasicProperties::default()).await;
+    let got = wait_get(&ch, &format!("{p}.seen"), Duration::from_secs(15)).await;
+    assert_eq!(got.delivery.routing_key.as_str(), "done");
+    assert_eq!(got.delivery.data, br#"{"n":1}"#);
+    svc.stop().await;
+    assert!(common::get(&ch, &format!("{p}.seen")).await.is_none(), "published once: only the ok call publishes");
+    assert!(common::get(&ch, &format!("{q}@failed")).await.is_none());
+    common::cleanup(&[q.clone(), format!("{q}@failed"), format!("{q}@retry.200ms"), format!("{p}.seen")], &exchanges(&p)).await;
+}
+
+#[tokio::test]
+async fn c_plugin_without_the_sdk_republishes() {
+    let p = common::unique("cecho");
+    let q = format!("{p}@echo");
+    let toml = format!(
+        "{}[[subscription]]\nqueue = \"{q}\"\nplugin = \"c_echo.wasm\"\nbindings = [\"echo.#\"]\npublish = [\"{p}.out\"]\n",
+        topology(&p)
+    );
+    let svc = Service::start(&toml, &[("c_echo.wasm", &plugin("c_echo.wasm"))]).await;
+    let (conn, ch) = common::channel().await;
+    common::wait_consuming(&conn, &q).await;
+    let mut h = FieldTable::default();
+    h.insert("echo-to".into(), outcome::text("echoed"));
+    h.insert("echo-exchange".into(), outcome::text(&format!("{p}.out")));
+    common::publish(&ch, &format!("{p}.master"), "echo.1", b"ping", BasicProperties::default().with_headers(h)).await;
+    common::publish(&ch, &format!("{p}.master"), "echo.2", b"", BasicProperties::default()).await;
+    let got = wait_get(&ch, &format!("{p}.seen"), Duration::from_secs(10)).await;
+    assert_eq!(got.delivery.data, b"ping");
+    assert_eq!(got.delivery.routing_key.as_str(), "echoed");
+    let parked = wait_get(&ch, &format!("{q}@failed"), Duration::from_secs(10)).await;
+    assert_eq!(headers_of(&parked)["worker-failed-reason"], "fail");
+    svc.stop().await;
+    common::cleanup(&[q.clone(), format!("{q}@failed"), format!("{q}@retry.30s"), format!("{p}.seen")], &exchanges(&p)).await;
+}
+
+/// Seed 003 by config and plugins alone: an order is created, waits in the delay queue (a TTL
+/// of one second here, 30 minutes in worker.toml), is dead-lettered to the close check, which
+/// closes it and publishes the stock release.
+#[tokio::test]
+async fn seed_order_flow_closes_unpaid_orders_and_releases_stock() {
+    let p = common::unique("order");
+    let ex = format!("{p}.order-event-exchange");
+    let q = format!("{p}.order@release");
+    let stock = format!("{p}.stock.release.stock.queue");
+    let delay = format!("{p}.order.delay.queue");
+    let toml = format!(
+        "{}[[exchange]]\nname = \"{ex}\"\ntype = \"topic\"\n\n\
+         [[queue]]\nname = \"{delay}\"\nmessage_ttl = \"1s\"\ndead_letter_exchange = \"{ex}\"\n\
+         dead_letter_routing_key = \"order.release.order\"\n\
+         bindings = [{{ exchange = \"{ex}\", key = \"order.create.order\" }}]\n\n\
+         [[queue]]\nname = \"{stock}\"\nbindings = [{{ exchange = \"{ex}\", key = \"order.release.other\" }}]\n\n\
+         [[subscription]]\nqueue = \"{q}\"\nplugin = \"order_close.wasm\"\nexchange = \"{ex}\"\n\
+         bindings = [\"order.release.order\"]\npublish = [\"{ex}\"]\n\
+         [subscription.config]\nexchange = \"{ex}\"\n",
+        topology(&p)
+    );
+    let svc = Service::start(&toml, &[("order_close.wasm", &plugin("order_close.wasm"))]).await;
+    let (conn, ch) = common::channel().await;
+    common::wait_consuming(&conn, &q).await;
+    let started = std::time::Instant::now();
+    common::publish(&ch, &ex, "order.create.order", br#"{"order_id": 42, "status": "unpaid", "sku": "A-1"}"#, BasicProperties::default()).await;
+    common::publish(&ch, &ex, "order.create.order", br#"{"order_id": 43, "status": "paid"}"#, BasicProperties::default()).await;
+    let release = wait_get(&ch, &stock, Duration::from_secs(15)).await;
+    assert!(started.elapsed() >= Duration::from_secs(1), "waited for the close check");
+    let body: serde_json::Value = serde_json::from_slice(&release.delivery.data).expect("json release");
+    assert_eq!(body["order_id"], 42, "{body}");
+    svc.stop().await;
+    assert!(common::get(&ch, &stock).await.is_none(), "the paid order keeps its stock");
+    common::cleanup(
+        &[q.clone(), format!("{q}@failed"), format!("{q}@retry.30s"), stock, delay, format!("{p}.seen")],
+        &[exchanges(&p), vec![ex]].concat(),
+    )
+    .await;
+}
