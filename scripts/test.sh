@@ -10,7 +10,9 @@ ensure_broker
 echo "== building plugins from source"
 scripts/build-plugins.sh
 echo "== host and SDK tests (unit, doc, integration against RabbitMQ)"
-cargo test --workspace --locked
+cargo test --workspace --locked -- --skip broker_restart_
+echo "== tests that restart RabbitMQ (alone, one at a time)"
+cargo test --locked -p worker-host --test integration broker_restart_ -- --test-threads=1
 echo "== the new-plugin template builds and passes its test"
 scripts/new-plugin.sh --check
 echo "== plugins' native tests"

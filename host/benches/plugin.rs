@@ -43,10 +43,15 @@ fn per_message(c: &mut Criterion) {
         memory_limit: 64 << 20,
     };
 
-    let ok = runtime.load_bytes("ok.wasm", &fixture("ok")).expect("ok loads");
+    let ok = runtime
+        .load_bytes("ok.wasm", &fixture("ok"))
+        .expect("ok loads");
     let body_1k = runtime
         .load_bytes("body_1k.wasm", &fixture("body_1k"))
         .expect("body_1k loads");
+    let wasi = runtime
+        .load_bytes("wasi.wasm", &fixture("wasi"))
+        .expect("wasi loads");
     let empty = input(Vec::new());
     let kib = input(vec![7u8; 1024]);
 
@@ -61,6 +66,15 @@ fn per_message(c: &mut Criterion) {
     group.bench_function("read_1k_body", |b| {
         b.to_async(&rt).iter(|| async {
             let inv = body_1k.handle(kib.clone(), &limits).await;
+            debug_assert_eq!(inv.answer, Ok(Answer::Ok));
+            inv
+        })
+    });
+    // A WASI module that writes a line to stdout and one to stderr: the WASI
+    // context is built on first use, so only such modules pay for it.
+    group.bench_function("wasi_stdout", |b| {
+        b.to_async(&rt).iter(|| async {
+            let inv = wasi.handle(empty.clone(), &limits).await;
             debug_assert_eq!(inv.answer, Ok(Answer::Ok));
             inv
         })

@@ -22,6 +22,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, warn};
 
 use crate::config::{Exchanges, Subscription};
+use crate::delay::Delayer;
 use crate::metrics::Metrics;
 use crate::outcome::{self, Decision, Stamp};
 use crate::plugin::{Input, Limits, Meta, Plugin, Publish, PublishPolicy};
@@ -40,6 +41,7 @@ pub struct Subscriber {
     config_json: Arc<str>,
     policy: Arc<PublishPolicy>,
     limits: Limits,
+    delayer: Option<Delayer>,
     metrics: Arc<Metrics>,
 }
 
@@ -49,13 +51,13 @@ impl Subscriber {
         sub: Arc<Subscription>,
         exchanges: Arc<Exchanges>,
         plugin: Arc<ArcSwap<Plugin>>,
-        max_delay: Option<Duration>,
+        delayer: Option<Delayer>,
         metrics: Arc<Metrics>,
     ) -> Subscriber {
         let config_json: Arc<str> = sub.config.to_string().into();
         let policy = Arc::new(PublishPolicy {
             allowed_exchanges: sub.publish.clone(),
-            max_delay,
+            max_delay: delayer.as_ref().map(Delayer::max_delay),
             ..PublishPolicy::default()
         });
         let limits = Limits {
@@ -69,6 +71,7 @@ impl Subscriber {
             config_json,
             policy,
             limits,
+            delayer,
             metrics,
         }
     }
@@ -265,7 +268,11 @@ impl Subscriber {
             Err(err) => {
                 error!(queue, message_id, attempt, "not acked, the broker will redeliver: {err:#}");
                 // Back off a little so a broken route does not spin; requeue for another try.
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                // With the channel gone there is nothing to nack: the broker requeues it, and
+                // waiting would only hold up the reconnect.
+                if publisher.status().connected() {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
                 let _ = acker
                     .nack(BasicNackOptions {
                         requeue: true,
@@ -291,10 +298,16 @@ impl Subscriber {
             if let Some(id) = input.meta.correlation_id.as_deref().or(input.meta.message_id.as_deref()) {
                 props = props.with_correlation_id(id.into());
             }
+            let delayer = self.delayer.as_ref();
             async move {
                 if let Some(delay) = p.delay {
-                    // Delays are refused at the import unless [delay] is configured.
-                    anyhow::bail!("delayed publish of {delay:?} is not supported yet");
+                    // The import refuses delays unless [delay] is configured.
+                    let Some(delayer) = delayer else {
+                        anyhow::bail!("delayed publish without [delay]");
+                    };
+                    return delayer
+                        .publish(publisher, &p.exchange, &p.routing_key, &p.body, props, delay)
+                        .await;
                 }
                 publish_confirmed(publisher, &p.exchange, &p.routing_key, &p.body, props, false).await
             }

@@ -8,6 +8,7 @@ use worker_host::{commands, exit_code, service};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.log_format == LogFormat::Json;
     init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -19,7 +20,11 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => {
-                let config = commands::load_config(&args.path)?;
+                // Warnings go through the log so `--log-format json` stays one object per line.
+                let (config, warnings) = worker_host::config::Config::load(&args.path)?;
+                for warning in &warnings {
+                    tracing::warn!("{warning}");
+                }
                 service::run(config, shutdown_signal()).await
             }
             other => commands::dispatch(other).await,
@@ -28,7 +33,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            if json {
+                tracing::error!("{err:#}");
+            } else {
+                eprintln!("error: {err:#}");
+            }
             ExitCode::from(exit_code(&err))
         }
     }

@@ -47,7 +47,7 @@ pub struct Metrics {
     failed: Family<QueueLabel, Counter>,
     duration: Family<QueueLabel, Histogram, fn() -> Histogram>,
     in_flight: Family<QueueLabel, Gauge>,
-    reloads: Family<ResultLabel, Gauge>,
+    reloads: Family<ResultLabel, Counter>,
     connected: Gauge,
     consumers: AtomicI64,
     plugin_info: Family<PluginLabel, Gauge>,
@@ -71,7 +71,7 @@ impl Metrics {
         let duration =
             Family::<QueueLabel, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram);
         let in_flight = Family::<QueueLabel, Gauge>::default();
-        let reloads = Family::<ResultLabel, Gauge>::default();
+        let reloads = Family::<ResultLabel, Counter>::default();
         let connected = Gauge::default();
         let plugin_info = Family::<PluginLabel, Gauge>::default();
         registry.register("messages", "Messages handled, by queue and outcome", messages.clone());
@@ -146,10 +146,12 @@ impl Metrics {
     pub fn encode(&self, plugins: Option<&PluginSet>) -> String {
         if let Some(plugins) = plugins {
             let stats = &plugins.stats;
+            // The reloader keeps the counts; mirror them so the type is `counter` (`_total`).
             for (result, counter) in [("ok", &stats.ok), ("failed", &stats.failed), ("unchanged", &stats.unchanged)] {
                 self.reloads
                     .get_or_create(&ResultLabel { result: result.to_string() })
-                    .set(counter.load(Ordering::Relaxed) as i64);
+                    .inner()
+                    .store(counter.load(Ordering::Relaxed), Ordering::Relaxed);
             }
             self.plugin_info.clear();
             for (plugin, sha256) in plugins.versions() {

@@ -1,7 +1,10 @@
-//! Hot reload: watches the plugins folder and the config file, swaps plugin versions atomically,
-//! and tells the service when worker.toml changed.
+//! Hot reload: watches the plugins folder and the config file's folder, swaps plugin versions
+//! atomically, and tells the service when worker.toml changed.
 //!
 //! Calls already running keep the `Arc<Plugin>` they started with; new calls load the new one.
+//! A new version is read, hashed, compiled, ABI-checked and pre-linked (`InstancePre`) on a
+//! blocking thread before the one pointer store that publishes it, so the message path never
+//! waits for a compile and never sees a half-built version.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,16 +21,16 @@ use tracing::{debug, info, warn};
 
 use crate::plugin::{Plugin, Runtime};
 
-/// What a reload attempt came to.
+/// Why a changed plugin file was not swapped in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReloadError {
     /// The file is gone; the last version keeps serving.
-    #[error("{0} was deleted; keeping the running version")]
+    #[error("{0} was deleted")]
     Deleted(String),
     /// The file could not be read.
     #[error("cannot read {path}: {reason}")]
     Read { path: String, reason: String },
-    /// The new bytes do not make a valid plugin; the last version keeps serving.
+    /// The new bytes do not make a valid plugin (garbage, half-written, missing export, ...).
     #[error("{0}")]
     Invalid(String),
 }
@@ -43,11 +46,13 @@ pub struct ReloadStats {
     pub unchanged: AtomicU64,
 }
 
+type Slots = HashMap<PathBuf, Arc<ArcSwap<Plugin>>>;
+
 /// The plugin versions in use, one slot per plugin file; shared by the subscriptions that name it.
 #[derive(Clone)]
 pub struct PluginSet {
     runtime: Runtime,
-    slots: Arc<Mutex<HashMap<PathBuf, Arc<ArcSwap<Plugin>>>>>,
+    slots: Arc<Mutex<Slots>>,
     /// Reload outcomes so far.
     pub stats: Arc<ReloadStats>,
 }
@@ -55,7 +60,7 @@ pub struct PluginSet {
 /// What a watched change means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
-    /// worker.toml changed.
+    /// worker.toml changed (or SIGHUP asked for a re-read).
     Config,
 }
 
@@ -75,12 +80,22 @@ impl PluginSet {
             return Ok(slot);
         }
         let plugin = crate::service::load_plugin(&self.runtime, path).await?;
-        info!(plugin = plugin.name(), version = plugin.short_sha(), "plugin loaded");
+        info!(
+            plugin = plugin.name(),
+            version = plugin.short_sha(),
+            "plugin loaded"
+        );
         let mut slots = self.lock();
         let slot = slots
             .entry(path.to_path_buf())
             .or_insert_with(|| Arc::new(ArcSwap::new(plugin)));
         Ok(slot.clone())
+    }
+
+    /// Forgets the slots of files no subscription uses any more (calls in flight keep their
+    /// version alive); a file named again later is loaded afresh.
+    pub fn retain(&self, in_use: impl Fn(&Path) -> bool) {
+        self.lock().retain(|path, _| in_use(path));
     }
 
     /// Every slot with its file, for metrics.
@@ -98,24 +113,63 @@ impl PluginSet {
         self.lock().get(path).cloned()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<ArcSwap<Plugin>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
         // A panic while holding this lock cannot leave the map half-updated; keep going.
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn paths(&self) -> Vec<PathBuf> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// Re-reads `path` and swaps in the new version when it differs and is valid. Returns the
-    /// new version, or None when the bytes were unchanged or nothing uses the file.
+    /// new version, or None when the bytes were unchanged or nothing uses the file. Counts and
+    /// logs the outcome.
     pub async fn reload(&self, path: &Path) -> Result<Option<Arc<Plugin>>, ReloadError> {
+        self.reload_logged(path, true).await
+    }
+
+    /// `reload`, but an unchanged file is neither counted nor logged: for sweeps that check
+    /// every file because something unnamed changed in the folder.
+    async fn reload_logged(
+        &self,
+        path: &Path,
+        count_unchanged: bool,
+    ) -> Result<Option<Arc<Plugin>>, ReloadError> {
         let Some(slot) = self.get(path) else {
             return Ok(None);
         };
+        let before = slot.load_full();
         let result = self.try_reload(path, &slot).await;
-        let counter = match &result {
-            Ok(Some(_)) => &self.stats.ok,
-            Ok(None) => &self.stats.unchanged,
-            Err(_) => &self.stats.failed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        match &result {
+            Ok(Some(new)) => {
+                self.stats.ok.fetch_add(1, Ordering::Relaxed);
+                info!(
+                    plugin = new.name(),
+                    version = new.short_sha(),
+                    previous = before.short_sha(),
+                    "plugin reloaded"
+                );
+            }
+            Ok(None) => {
+                if count_unchanged {
+                    self.stats.unchanged.fetch_add(1, Ordering::Relaxed);
+                    debug!(
+                        plugin = before.name(),
+                        version = before.short_sha(),
+                        "plugin file touched, bytes unchanged"
+                    );
+                }
+            }
+            Err(err) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                warn!(
+                    plugin = before.name(),
+                    version = before.short_sha(),
+                    "plugin not reloaded, the running version keeps serving: {err}"
+                );
+            }
+        }
         result
     }
 
@@ -142,6 +196,7 @@ impl PluginSet {
         }
         let runtime = self.runtime.clone();
         let name = file_name(path);
+        // Compiling takes milliseconds to seconds: keep it off the async workers.
         let compiled = tokio::task::spawn_blocking(move || runtime.load_bytes(&name, &bytes))
             .await
             .map_err(|e| ReloadError::Invalid(format!("compile task failed: {e}")))?
@@ -150,8 +205,13 @@ impl PluginSet {
         Ok(Some(compiled))
     }
 
-    fn paths(&self) -> Vec<PathBuf> {
-        self.lock().keys().cloned().collect()
+    /// Checks every file in use; unchanged ones are skipped quietly.
+    async fn sweep(&self, except: &[PathBuf]) {
+        for path in self.paths() {
+            if !except.contains(&path) {
+                let _ = self.reload_logged(&path, false).await;
+            }
+        }
     }
 }
 
@@ -177,7 +237,7 @@ impl Drop for Watcher {
 }
 
 /// How long a burst of file events must be quiet before it is acted on: long enough for an
-/// editor's write-temp-then-rename, short enough for the 500 ms reload target.
+/// editor's write-temp-then-rename or a `cp` of a plugin, short enough for the 500 ms target.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// Watches the plugins folder and the config file's folder (the directories, so renames and
@@ -192,15 +252,20 @@ pub fn watch(
     let mut debouncer = new_debouncer(DEBOUNCE, None, move |result| {
         let _ = tx.send(result);
     })?;
-    let plugins_dir = std::fs::canonicalize(plugins_dir).unwrap_or_else(|_| plugins_dir.to_path_buf());
+    let plugins_dir =
+        std::fs::canonicalize(plugins_dir).unwrap_or_else(|_| plugins_dir.to_path_buf());
     debouncer.watch(&plugins_dir, RecursiveMode::NonRecursive)?;
     let config_path = absolute(config_path);
-    if let Some(config_dir) = config_path.parent() {
-        if config_dir != plugins_dir {
-            debouncer.watch(config_dir, RecursiveMode::NonRecursive)?;
+    let config_dir = config_path.parent().map(Path::to_path_buf);
+    if let Some(dir) = &config_dir {
+        if *dir != plugins_dir {
+            debouncer.watch(dir, RecursiveMode::NonRecursive)?;
         }
     }
+    let mut config_digest = digest_of(&config_path);
     let task = tokio::spawn(async move {
+        // A file replaced between the first load and the start of watching is caught here.
+        plugins.sweep(&[]).await;
         while let Some(result) = rx.recv().await {
             let events = match result {
                 Ok(events) => events,
@@ -218,21 +283,48 @@ pub fn watch(
                 .collect();
             touched.sort();
             touched.dedup();
+
+            // worker.toml: any change in its folder counts (a Kubernetes ConfigMap swaps a
+            // `..data` symlink and never touches the file's own name), but only new content
+            // triggers a reload.
+            if touched.iter().any(|p| p.parent() == config_dir.as_deref()) {
+                if let Some(digest) = digest_of(&config_path) {
+                    if config_digest != Some(digest) {
+                        config_digest = Some(digest);
+                        match changes.try_send(Change::Config) {
+                            // Full: a reload is already queued and will read the newest file.
+                            Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
+                            Err(mpsc::error::TrySendError::Closed(_)) => return,
+                        }
+                    }
+                }
+            }
+
             let known = plugins.paths();
-            for path in touched {
-                if path == config_path {
-                    let _ = changes.send(Change::Config).await;
+            let mut direct = Vec::new();
+            let mut unnamed = false;
+            for path in touched
+                .iter()
+                .filter(|p| p.parent() == Some(plugins_dir.as_path()))
+            {
+                if *path == config_path {
                     continue;
                 }
-                let Some(slot_path) = known.iter().find(|k| same_file(k, &path)) else {
-                    continue;
-                };
-                match plugins.reload(slot_path).await {
-                    Ok(Some(new)) => info!(plugin = new.name(), version = new.short_sha(), "plugin reloaded"),
-                    Ok(None) => debug!(path = %path.display(), "plugin file touched, bytes unchanged"),
-                    Err(ReloadError::Deleted(p)) => warn!("plugin {p} was deleted; keeping the running version"),
-                    Err(err) => warn!("plugin not reloaded, the running version keeps serving: {err}"),
+                match known.iter().find(|k| same_file(k, path)) {
+                    Some(slot_path) if !direct.contains(slot_path) => {
+                        direct.push(slot_path.clone())
+                    }
+                    Some(_) => {}
+                    None => unnamed = true,
                 }
+            }
+            for path in &direct {
+                let _ = plugins.reload(path).await;
+            }
+            if unnamed {
+                // A temp file, a new plugin nobody uses yet, or a symlink swap: cheap to check
+                // every file in use by its hash.
+                plugins.sweep(&direct).await;
             }
         }
     });
@@ -242,9 +334,18 @@ pub fn watch(
     })
 }
 
+/// SHA-256 of a file's bytes, or None when it cannot be read right now.
+fn digest_of(path: &Path) -> Option<[u8; 32]> {
+    std::fs::read(path).ok().map(|b| Sha256::digest(&b).into())
+}
+
 fn absolute(path: &Path) -> PathBuf {
     if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
-        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
         if let Ok(dir) = std::fs::canonicalize(dir) {
             return dir.join(name);
         }

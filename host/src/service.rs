@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use futures_util::StreamExt as _;
 use lapin::Connection;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -17,6 +18,7 @@ use tracing::{error, info, warn};
 use crate::broker::{self, Backoff};
 use crate::config::{Config, Subscription};
 use crate::consumer::Subscriber;
+use crate::delay::Delayer;
 use crate::metrics::Metrics;
 use crate::plugin::{Plugin, Runtime, RuntimeConfig};
 use crate::reload::{self, Change, PluginSet};
@@ -59,15 +61,18 @@ struct State {
     config: Config,
     plugins: PluginSet,
     metrics: Arc<Metrics>,
+    delayer: Option<Delayer>,
     subscribers: HashMap<String, Arc<Subscriber>>,
 }
 
 impl State {
     async fn new(config: Config, plugins: PluginSet, metrics: Arc<Metrics>) -> anyhow::Result<State> {
+        let delayer = Delayer::from_config(&config)?;
         let mut state = State {
             config,
             plugins,
             metrics,
+            delayer,
             subscribers: HashMap::new(),
         };
         let subs = state.config.subscriptions.clone();
@@ -86,7 +91,7 @@ impl State {
             sub,
             Arc::new(self.config.exchanges.clone()),
             slot,
-            crate::delay::max_delay(&self.config),
+            self.delayer.clone(),
             self.metrics.clone(),
         )))
     }
@@ -173,6 +178,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     tokio::pin!(shutdown);
     let mut backoff = Backoff::default();
     let mut first = true;
+    // Consumers of a lost connection still finishing their in-flight calls, whose results are
+    // dropped (the broker redelivers those messages); the service reconnects meanwhile.
+    let mut orphaned = JoinSet::new();
     let result = loop {
         let conn = tokio::select! {
             _ = &mut shutdown => break Ok(()),
@@ -186,8 +194,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             Err(err) => {
                 warn!("declaring the topology failed: {err}; reconnecting");
                 let _ = conn.close(200, "retry".into()).await;
-                tokio::time::sleep(backoff.next_delay()).await;
-                continue;
+                tokio::select! {
+                    _ = &mut shutdown => break Ok(()),
+                    _ = tokio::time::sleep(backoff.next_delay()) => continue,
+                }
             }
         }
         first = false;
@@ -200,10 +210,30 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         }
         info!(subscriptions = consumers.running.len(), "consuming");
         metrics.set_consumers(state.subscribers.len(), consumers.running.len());
+        // Delivers delayed messages when they are due; restarts itself while the connection lives.
+        let mover_cancel = CancellationToken::new();
+        let mover = state.delayer.clone().map(|delayer| {
+            let (conn, cancel) = (conn.clone(), mover_cancel.clone());
+            tokio::spawn(async move { delayer.mover_loop(&conn, cancel).await })
+        });
 
+        // Connection errors reach the consumers only once their in-flight calls end; this hears
+        // them at once, so readiness drops and the reconnect starts without waiting on them.
+        let mut events = conn.events_listener();
         let stopping = loop {
             tokio::select! {
                 _ = &mut shutdown => break true,
+                Some(event) = events.next() => match event {
+                    lapin::Event::Error(err) => {
+                        warn!("lost the connection to RabbitMQ: {err}");
+                        break false;
+                    }
+                    lapin::Event::ConnectionBlocked(reason) => {
+                        warn!("RabbitMQ blocks publishing (confirms wait until it unblocks): {reason}");
+                    }
+                    lapin::Event::ConnectionUnblocked => info!("RabbitMQ unblocked publishing"),
+                    _ => {}
+                },
                 Some(change) = changes.recv() => {
                     if change == Change::Config {
                         apply_config_change(&mut state, &conn, &mut consumers).await;
@@ -241,12 +271,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             info!("shutting down: draining in-flight messages");
         }
         metrics.set_connected(false);
-        consumers.drain().await;
-        let _ = conn.close(200, "worker-host stopping".into()).await;
+        mover_cancel.cancel();
+        if let Some(mover) = mover {
+            let _ = mover.await;
+        }
         if stopping {
+            consumers.drain().await;
+            let _ = conn.close(200, "worker-host stopping".into()).await;
             info!("drained; bye");
             break Ok(());
         }
+        orphaned.spawn(async move {
+            consumers.drain().await;
+            let _ = conn.close(200, "worker-host reconnecting".into()).await;
+        });
+        while orphaned.try_join_next().is_some() {}
         let wait = backoff.next_delay();
         warn!("lost the broker; reconnecting in {wait:?}");
         tokio::select! {
@@ -254,6 +293,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             _ = tokio::time::sleep(wait) => {}
         }
     };
+    while orphaned.join_next().await.is_some() {}
     hangup.abort();
     admin_cancel.cancel();
     if let Some(admin) = admin {
@@ -278,29 +318,111 @@ fn spawn_sighup(changes: mpsc::Sender<Change>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Reloads worker.toml and applies subscription changes; a broken file keeps what runs.
+/// Reloads worker.toml and applies subscription changes: added ones start, removed ones stop
+/// taking deliveries (their in-flight messages still settle), changed ones restart on fresh
+/// channels while the old consumer drains. Everything that can fail (parsing, compiling new
+/// plugins, declaring) happens before anything running is touched; a broken file keeps what runs.
 async fn apply_config_change(state: &mut State, conn: &Arc<Connection>, consumers: &mut Consumers) {
-    let new = match Config::load(&state.config.path) {
-        Ok((config, warnings)) => {
-            for w in warnings {
-                warn!("{w}");
-            }
-            config
-        }
-        Err(err) => {
-            warn!("config not reloaded, keeping the running one:\n{err}");
+    let new = match reload_config(&state.config) {
+        Ok(new) => new,
+        Err(why) => {
+            warn!("config not reloaded, keeping the running one: {why:#}");
             return;
         }
     };
-    let old = &state.config;
-    if new.broker.urls != old.broker.urls
-        || new.exchanges != old.exchanges
-        || new.admin != old.admin
-        || new.delay != old.delay
-    {
-        warn!("changes to [broker], [exchanges], [admin] and [delay] apply at the next restart");
+    let next = match prepare_subscribers(state, &new).await {
+        Ok(next) => next,
+        Err(err) => {
+            warn!("config not reloaded, keeping the running one: {err:#}");
+            prune_plugins(state);
+            return;
+        }
+    };
+    if let Err(err) = Plan::from_config(&new).declare(conn).await {
+        if conn.status().connected() {
+            warn!("config not reloaded, keeping the running one: {err}");
+            prune_plugins(state);
+            return;
+        }
+        // The broker went away meanwhile: adopt the new config; the reconnect declares its
+        // topology and starts every subscriber, so the change is not lost.
+        warn!("config accepted; it applies once the broker is back ({err})");
+        state.subscribers = next;
+        state.config = new;
+        prune_plugins(state);
+        return;
     }
-    // Prepare everything before touching what runs: plugins compile, topology declares.
+    let (mut added, mut removed, mut restarted) = (0, 0, 0);
+    for queue in state.subscribers.keys() {
+        if !next.contains_key(queue) {
+            info!(queue, "subscription removed: stopping its consumer");
+            consumers.stop(queue);
+            removed += 1;
+        }
+    }
+    for (queue, subscriber) in &next {
+        match state.subscribers.get(queue) {
+            Some(old) if Arc::ptr_eq(old, subscriber) => {}
+            Some(_) => {
+                info!(queue, "subscription changed: restarting its consumer");
+                consumers.start(conn, subscriber.clone());
+                restarted += 1;
+            }
+            None => {
+                info!(queue, "subscription added: starting its consumer");
+                consumers.start(conn, subscriber.clone());
+                added += 1;
+            }
+        }
+    }
+    state.subscribers = next;
+    state.config = new;
+    prune_plugins(state);
+    info!(added, removed, restarted, "config reloaded");
+}
+
+/// Reads worker.toml again. Sections the running service cannot change in place keep their
+/// running values (with a warning); a change to `[exchanges]` or `plugins.dir` refuses the
+/// whole reload, since subscriptions, retry routes and the watcher depend on them.
+fn reload_config(old: &Config) -> anyhow::Result<Config> {
+    let (mut new, warnings) = Config::load(&old.path).map_err(|err| anyhow::anyhow!("{err}"))?;
+    for w in warnings {
+        warn!("{w}");
+    }
+    if new.exchanges != old.exchanges {
+        anyhow::bail!("[exchanges] changed; that needs a restart");
+    }
+    if new.plugins.dir != old.plugins.dir {
+        anyhow::bail!("[plugins] dir changed; that needs a restart");
+    }
+    let mut later = Vec::new();
+    if new.broker != old.broker {
+        later.push("[broker]");
+        new.broker = old.broker.clone();
+    }
+    if new.admin != old.admin {
+        later.push("[admin]");
+        new.admin = old.admin.clone();
+    }
+    if new.delay != old.delay {
+        later.push("[delay]");
+        new.delay = old.delay.clone();
+    }
+    if !later.is_empty() {
+        warn!(
+            "changes to {} apply at the next restart; the rest is applied now",
+            later.join(", ")
+        );
+    }
+    Ok(new)
+}
+
+/// A subscriber per subscription of `new`: the running one when unchanged, else a new one
+/// (compiling its plugin if no subscription used that file yet).
+async fn prepare_subscribers(
+    state: &State,
+    new: &Config,
+) -> anyhow::Result<HashMap<String, Arc<Subscriber>>> {
     let mut next = HashMap::new();
     for sub in &new.subscriptions {
         let same = state
@@ -310,40 +432,19 @@ async fn apply_config_change(state: &mut State, conn: &Arc<Connection>, consumer
             .cloned();
         let subscriber = match same {
             Some(s) => s,
-            None => match state.subscriber(Arc::new(sub.clone())).await {
-                Ok(s) => s,
-                Err(err) => {
-                    warn!("config not reloaded, keeping the running one: {err:#}");
-                    return;
-                }
-            },
+            None => state.subscriber(Arc::new(sub.clone())).await?,
         };
         next.insert(sub.queue.clone(), subscriber);
     }
-    if let Err(err) = Plan::from_config(&new).declare(conn).await {
-        warn!("config not reloaded, keeping the running one: {err}");
-        return;
-    }
-    for queue in state.subscribers.keys() {
-        if !next.contains_key(queue) {
-            info!(queue, "subscription removed: stopping its consumer");
-            consumers.stop(queue);
-        }
-    }
-    for (queue, subscriber) in &next {
-        match state.subscribers.get(queue) {
-            Some(old) if Arc::ptr_eq(old, subscriber) => {}
-            Some(_) => {
-                info!(queue, "subscription changed: restarting its consumer");
-                consumers.start(conn, subscriber.clone());
-            }
-            None => {
-                info!(queue, "subscription added: starting its consumer");
-                consumers.start(conn, subscriber.clone());
-            }
-        }
-    }
-    state.subscribers = next;
-    state.config = new;
-    info!("config reloaded");
+    Ok(next)
+}
+
+/// Drops the plugin slots no subscription uses any more.
+fn prune_plugins(state: &State) {
+    state.plugins.retain(|path| {
+        state
+            .subscribers
+            .values()
+            .any(|s| s.sub.plugin_path == path)
+    });
 }

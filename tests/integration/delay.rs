@@ -403,9 +403,9 @@ async fn the_topology_binds_levels_exchange_to_exchange() {
 
 /// Restarts the shared broker (`rabbitmqctl stop_app && rabbitmqctl start_app`), so it runs
 /// only when asked: `cargo test --test integration delay::survives -- --ignored`.
+/// Restarts the shared broker: scripts/test.sh runs `broker_restart_` tests alone, after the rest.
 #[tokio::test]
-#[ignore = "restarts the shared broker; run alone with --ignored"]
-async fn a_waiting_message_survives_a_broker_restart() {
+async fn broker_restart_a_waiting_message_survives() {
     let topo = Topology::start(5).await;
     let (conn, ch) = common::channel().await;
     let (exchange, queue) = target(&ch, "#").await;

@@ -6,4 +6,6 @@ mod consumer;
 mod plugins;
 mod delay;
 mod failed;
+mod reload;
+mod service;
 mod topology;

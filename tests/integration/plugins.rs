@@ -162,3 +162,33 @@ async fn seed_order_flow_closes_unpaid_orders_and_releases_stock() {
     )
     .await;
 }
+
+/// A plugin's `publish` with `delay_ms` goes through the delay levels and arrives with its own
+/// exchange and routing key after the delay.
+#[tokio::test]
+async fn plugin_publish_with_a_delay_arrives_after_it() {
+    let p = common::unique("pdelay");
+    let q = format!("{p}@flaky");
+    let toml = format!(
+        "{}[delay]\nlevels = 28\n\n[[subscription]]\nqueue = \"{q}\"\nplugin = \"flaky.wasm\"\n\
+         bindings = [\"demo.#\"]\npublish = [\"{p}.out\"]\n",
+        topology(&p)
+    );
+    let svc = Service::start(&toml, &[("flaky.wasm", &plugin("flaky.wasm"))]).await;
+    let (conn, ch) = common::channel().await;
+    common::wait_consuming(&conn, &q).await;
+    let body = format!(
+        r#"{{"outcome": "ok", "publish": [{{"exchange": "{p}.out", "routing_key": "later",
+            "body": "hello", "delay_ms": 1500}}]}}"#
+    );
+    let started = std::time::Instant::now();
+    common::publish(&ch, &format!("{p}.master"), "demo.x", body.as_bytes(), BasicProperties::default()).await;
+    let got = wait_get(&ch, &format!("{p}.seen"), Duration::from_secs(15)).await;
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1500), "not early: {waited:?}");
+    assert!(waited < Duration::from_millis(3500), "about on time: {waited:?}");
+    assert_eq!(got.delivery.routing_key.as_str(), "later");
+    assert_eq!(got.delivery.exchange.as_str(), format!("{p}.out"));
+    svc.stop().await;
+    common::cleanup(&[q.clone(), format!("{q}@failed"), format!("{q}@retry.30s"), format!("{p}.seen")], &exchanges(&p)).await;
+}

@@ -140,7 +140,13 @@ pub struct RawBinding {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDelay {
+    #[serde(default = "default_levels")]
     pub levels: DelayLevels,
+}
+
+/// 28 levels: delays up to about 8.5 years.
+fn default_levels() -> DelayLevels {
+    DelayLevels(28)
 }
 
 fn yes() -> bool {

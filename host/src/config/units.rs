@@ -186,8 +186,9 @@ bounded!(
     Concurrency(u32), "concurrency", 1, 1_000_000
 );
 bounded!(
-    /// Binary delay levels: 2^levels - 1 seconds is the longest delay.
-    DelayLevels(u8), "delay levels", 1, 32
+    /// Whole-second binary delay levels: about 2^levels seconds is the longest delay. 29 is
+    /// the most RabbitMQ allows (it refuses a queue TTL above 10 years).
+    DelayLevels(u8), "delay levels", 1, 29
 );
 bounded!(
     /// x-max-length of a queue.

@@ -88,20 +88,32 @@ pub(crate) fn check_module(file: &str, module: &Module) -> Result<Checked, LoadE
         };
         match import.module() {
             ABI_MODULE => {
-                let Some((_, params, results)) = IMPORTS.iter().find(|(n, _, _)| *n == import.name())
+                let Some((_, params, results)) =
+                    IMPORTS.iter().find(|(n, _, _)| *n == import.name())
                 else {
                     let known: Vec<&str> = IMPORTS.iter().map(|(n, _, _)| *n).collect();
-                    return Err(bad(format!("worker_v1 has no such function (it has {})", known.join(", "))));
+                    return Err(bad(format!(
+                        "worker_v1 has no such function (it has {})",
+                        known.join(", ")
+                    )));
                 };
                 let want = expected_sig(params, results);
                 match import.ty() {
                     ExternType::Func(f) if actual_sig(&f) == want => {}
-                    other => return Err(bad(format!("it is {}, expected a function {want}", describe(&other)))),
+                    other => {
+                        return Err(bad(format!(
+                            "it is {}, expected a function {want}",
+                            describe(&other)
+                        )));
+                    }
                 }
             }
             WASI_MODULE => {
                 if !matches!(import.ty(), ExternType::Func(_)) {
-                    return Err(bad(format!("it is {}, expected a function", describe(&import.ty()))));
+                    return Err(bad(format!(
+                        "it is {}, expected a function",
+                        describe(&import.ty())
+                    )));
                 }
                 uses_wasi = true;
             }
@@ -114,16 +126,20 @@ pub(crate) fn check_module(file: &str, module: &Module) -> Result<Checked, LoadE
     }
 
     let export = |name: &'static str, expected: &'static str| {
-        let ty = module.get_export(name).ok_or_else(|| LoadError::MissingExport {
-            file: file.to_string(),
-            export: name,
-            expected,
-        })?;
-        let index = module.get_export_index(name).ok_or_else(|| LoadError::MissingExport {
-            file: file.to_string(),
-            export: name,
-            expected,
-        })?;
+        let ty = module
+            .get_export(name)
+            .ok_or_else(|| LoadError::MissingExport {
+                file: file.to_string(),
+                export: name,
+                expected,
+            })?;
+        let index = module
+            .get_export_index(name)
+            .ok_or_else(|| LoadError::MissingExport {
+                file: file.to_string(),
+                export: name,
+                expected,
+            })?;
         let bad = move |found: String| LoadError::BadExport {
             file: file.to_string(),
             export: name,
@@ -241,7 +257,11 @@ fn meta_value<'m>(meta: &'m Meta, key: &[u8]) -> Option<Cow<'m, str>> {
         "content-type" => meta.content_type.as_ref().and_then(borrowed),
         "timestamp" => meta.timestamp.map(|t| Cow::Owned(t.to_string())),
         "attempt" => Some(Cow::Owned(meta.attempt.to_string())),
-        "redelivered" => Some(Cow::Borrowed(if meta.redelivered { "true" } else { "false" })),
+        "redelivered" => Some(Cow::Borrowed(if meta.redelivered {
+            "true"
+        } else {
+            "false"
+        })),
         _ => None,
     }
 }
@@ -302,7 +322,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
         |mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32| -> wasmtime::Result<()> {
             let (mem, st) = guest(&mut caller, "log")?;
             let text = span(mem.len(), "log", "message", ptr, len)?;
-            st.logs.push(LogLevel::from_abi(level), LogSource::Log, &mem[text]);
+            st.logs
+                .push(LogLevel::from_abi(level), LogSource::Log, &mem[text]);
             Ok(())
         },
     )?;
@@ -353,10 +374,20 @@ fn publish(st: &mut State, exchange: &[u8], key: &[u8], body: &[u8], delay_ms: i
         return refuse(st, "?", INVALID, "exchange or routing key is not UTF-8");
     };
     if exchange.len() > 255 || key.len() > 255 {
-        return refuse(st, exchange, INVALID, "exchange or routing key longer than 255 bytes");
+        return refuse(
+            st,
+            exchange,
+            INVALID,
+            "exchange or routing key longer than 255 bytes",
+        );
     }
     if !policy.allowed_exchanges.iter().any(|e| e == exchange) {
-        return refuse(st, exchange, EXCHANGE_NOT_ALLOWED, "exchange not in this subscription's `publish` list");
+        return refuse(
+            st,
+            exchange,
+            EXCHANGE_NOT_ALLOWED,
+            "exchange not in this subscription's `publish` list",
+        );
     }
     let delay = match delay_ms {
         0 => None,
@@ -364,7 +395,14 @@ fn publish(st: &mut State, exchange: &[u8], key: &[u8], body: &[u8], delay_ms: i
         d => {
             let d = Duration::from_millis(d as u64);
             match policy.max_delay {
-                None => return refuse(st, exchange, DELAY_REFUSED, "delayed delivery is not enabled"),
+                None => {
+                    return refuse(
+                        st,
+                        exchange,
+                        DELAY_REFUSED,
+                        "delayed delivery is not enabled",
+                    );
+                }
                 Some(max) if d > max => {
                     return refuse(st, exchange, DELAY_REFUSED, "delay longer than the maximum");
                 }
@@ -373,7 +411,12 @@ fn publish(st: &mut State, exchange: &[u8], key: &[u8], body: &[u8], delay_ms: i
         }
     };
     if st.publishes.len() >= policy.max_messages {
-        return refuse(st, exchange, TOO_MANY_MESSAGES, "too many messages for one call");
+        return refuse(
+            st,
+            exchange,
+            TOO_MANY_MESSAGES,
+            "too many messages for one call",
+        );
     }
     let bytes = key.len() + body.len();
     if st.publish_bytes + bytes > policy.max_total_bytes {
@@ -391,6 +434,7 @@ fn publish(st: &mut State, exchange: &[u8], key: &[u8], body: &[u8], delay_ms: i
 
 fn refuse(st: &mut State, exchange: &str, code: i32, why: &str) -> i32 {
     let msg = format!("publish to `{exchange}` refused ({code}): {why}");
-    st.logs.push(LogLevel::Warn, LogSource::Host, msg.as_bytes());
+    st.logs
+        .push(LogLevel::Warn, LogSource::Host, msg.as_bytes());
     code
 }

@@ -141,10 +141,12 @@ impl Runtime {
         } else {
             &self.inner.plain
         };
-        let pre = linker.instantiate_pre(&module).map_err(|e| LoadError::Link {
-            file: file(),
-            reason: chain_text(&e),
-        })?;
+        let pre = linker
+            .instantiate_pre(&module)
+            .map_err(|e| LoadError::Link {
+                file: file(),
+                reason: chain_text(&e),
+            })?;
         Ok(Arc::new(Plugin {
             name: name.to_string(),
             short_sha: sha256[..12].to_string(),
@@ -243,7 +245,8 @@ impl Plugin {
             }
         };
 
-        let deadline = start + limits.timeout;
+        // The timeout covers the call, not the wait for a pool slot.
+        let deadline = Instant::now() + limits.timeout;
         let mut store = Store::new(
             self.pre.module().engine(),
             State::new(input, limits.memory_limit, deadline),
@@ -259,10 +262,13 @@ impl Plugin {
         });
         store.set_epoch_deadline(1);
 
-        let answer = match tokio::time::timeout(limits.timeout + OUTER_GRACE, self.run(&mut store, limits)).await {
-            Ok(answer) => answer,
-            Err(_) => Err(HandlerError::Timeout(limits.timeout)),
-        };
+        let answer =
+            match tokio::time::timeout(limits.timeout + OUTER_GRACE, self.run(&mut store, limits))
+                .await
+            {
+                Ok(answer) => answer,
+                Err(_) => Err(HandlerError::Timeout(limits.timeout)),
+            };
 
         let mut state = store.into_data();
         state.drain_wasi_output();

@@ -44,7 +44,10 @@ pub enum LoadError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandlerError {
     #[error("trap: {kind}{}", in_func(.func))]
-    Trap { kind: TrapKind, func: Option<String> },
+    Trap {
+        kind: TrapKind,
+        func: Option<String>,
+    },
     #[error("timeout: handler still running after {}", humantime::format_duration(*.0))]
     Timeout(Duration),
     #[error("memory limit: plugin tried to grow its memory past {limit} bytes")]
@@ -150,7 +153,11 @@ pub(crate) struct GuestFault {
 }
 
 /// Turns a wasmtime error from instantiation or a call into a typed cause.
-pub(crate) fn classify(err: &wasmtime::Error, timeout: Duration, instantiating: bool) -> HandlerError {
+pub(crate) fn classify(
+    err: &wasmtime::Error,
+    timeout: Duration,
+    instantiating: bool,
+) -> HandlerError {
     if err.is::<DeadlineHit>() {
         return HandlerError::Timeout(timeout);
     }

@@ -156,7 +156,10 @@ impl LogBuffer {
         if self.dropped > 0 {
             self.lines.push(LogLine {
                 level: LogLevel::Warn,
-                message: format!("{} more log lines dropped (limit per message)", self.dropped),
+                message: format!(
+                    "{} more log lines dropped (limit per message)",
+                    self.dropped
+                ),
                 source: LogSource::Host,
             });
         }

@@ -63,7 +63,10 @@ fn input(body: impl Into<bytes::Bytes>) -> Input {
             timestamp: Some(1_700_000_000),
             attempt: 2,
             redelivered: true,
-            headers: vec![("x-tenant".into(), "acme".into()), ("x-count".into(), "42".into())],
+            headers: vec![
+                ("x-tenant".into(), "acme".into()),
+                ("x-count".into(), "42".into()),
+            ],
         },
         config_json: Arc::from(r#"{"greeting":"hello"}"#),
         publish: Arc::new(policy()),
@@ -209,12 +212,20 @@ async fn publish_accepted_refused_and_over_the_bounds() {
     // a ok, b exchange refused, c delayed ok, d negative delay, e too many
     // bytes, f ok, g too many messages.
     assert_eq!(inv.reason.as_deref(), Some("0102403"));
-    let keys: Vec<&str> = inv.publishes.iter().map(|p| p.routing_key.as_str()).collect();
+    let keys: Vec<&str> = inv
+        .publishes
+        .iter()
+        .map(|p| p.routing_key.as_str())
+        .collect();
     assert_eq!(keys, ["k1", "k2", "k5"]);
     assert_eq!(inv.publishes[0].body, b"hello");
     assert_eq!(inv.publishes[1].delay, Some(Duration::from_millis(1000)));
     assert_eq!(inv.publishes[0].delay, None);
-    let refusals = inv.logs.iter().filter(|l| l.source == LogSource::Host).count();
+    let refusals = inv
+        .logs
+        .iter()
+        .filter(|l| l.source == LogSource::Host)
+        .count();
     assert_eq!(refusals, 4, "{:?}", inv.logs);
 }
 
@@ -249,7 +260,13 @@ async fn trap_unreachable_names_kind_and_function() {
     let inv = run("trap_unreachable", input("")).await;
     let err = inv.answer.unwrap_err();
     assert!(
-        matches!(&err, HandlerError::Trap { kind: TrapKind::Unreachable, .. }),
+        matches!(
+            &err,
+            HandlerError::Trap {
+                kind: TrapKind::Unreachable,
+                ..
+            }
+        ),
         "{err:?}"
     );
     let text = err.to_string();
@@ -260,13 +277,31 @@ async fn trap_unreachable_names_kind_and_function() {
 #[tokio::test]
 async fn trap_out_of_bounds() {
     let err = run("trap_oob", input("")).await.answer.unwrap_err();
-    assert!(matches!(err, HandlerError::Trap { kind: TrapKind::OutOfBounds, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            HandlerError::Trap {
+                kind: TrapKind::OutOfBounds,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
 async fn trap_stack_overflow() {
     let err = run("stack_overflow", input("")).await.answer.unwrap_err();
-    assert!(matches!(err, HandlerError::Trap { kind: TrapKind::StackOverflow, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            HandlerError::Trap {
+                kind: TrapKind::StackOverflow,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("stack overflow"));
 }
 
@@ -278,10 +313,16 @@ async fn infinite_loop_is_stopped_by_the_timeout() {
         memory_limit: 16 * MIB,
     };
     let inv = plugin.handle(Arc::new(input("")), &lim).await;
-    assert_eq!(inv.answer, Err(HandlerError::Timeout(Duration::from_millis(200))));
+    assert_eq!(
+        inv.answer,
+        Err(HandlerError::Timeout(Duration::from_millis(200)))
+    );
     assert!(inv.elapsed >= Duration::from_millis(200));
     assert!(inv.elapsed < Duration::from_secs(5), "{:?}", inv.elapsed);
-    assert_eq!(inv.answer.unwrap_err().to_string(), "timeout: handler still running after 200ms");
+    assert_eq!(
+        inv.answer.unwrap_err().to_string(),
+        "timeout: handler still running after 200ms"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -297,9 +338,11 @@ async fn infinite_loop_yields_to_other_tasks() {
         std::time::Instant::now()
     });
     let inv = plugin.handle(Arc::new(input("")), &lim).await;
+    let done = std::time::Instant::now();
     let fired = ticker.await.expect("ticker task");
     assert!(matches!(inv.answer, Err(HandlerError::Timeout(_))));
-    assert!(fired.elapsed() > Duration::from_millis(100), "timer only ran after the call");
+    // Without yielding, the timer task could only run after the call returned.
+    assert!(fired < done, "timer only ran after the call");
 }
 
 #[tokio::test]
@@ -310,8 +353,16 @@ async fn memory_bomb_is_stopped_by_the_limit() {
         memory_limit: 4 * MIB,
     };
     let inv = plugin.handle(Arc::new(input("")), &lim).await;
-    assert_eq!(inv.answer, Err(HandlerError::MemoryLimit { limit: 4 * MIB }));
-    assert!(inv.answer.unwrap_err().to_string().starts_with("memory limit"));
+    assert_eq!(
+        inv.answer,
+        Err(HandlerError::MemoryLimit { limit: 4 * MIB })
+    );
+    assert!(
+        inv.answer
+            .unwrap_err()
+            .to_string()
+            .starts_with("memory limit")
+    );
 }
 
 #[tokio::test]
@@ -342,7 +393,12 @@ fn version_identity() {
     let plugin = load("ok");
     assert_eq!(plugin.name(), "ok.wasm");
     assert_eq!(plugin.sha256().len(), 64);
-    assert!(plugin.sha256().chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    assert!(
+        plugin
+            .sha256()
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    );
     assert_eq!(plugin.short_sha(), &plugin.sha256()[..12]);
     assert!(!plugin.uses_wasi());
 }
@@ -352,7 +408,13 @@ fn missing_marker_is_refused() {
     let err = runtime()
         .load_bytes("old.wasm", &fixture_bytes("no_marker"))
         .unwrap_err();
-    assert!(matches!(err, LoadError::MissingExport { export: "worker_abi_v1", .. }));
+    assert!(matches!(
+        err,
+        LoadError::MissingExport {
+            export: "worker_abi_v1",
+            ..
+        }
+    ));
     assert_eq!(
         err.to_string(),
         "old.wasm: missing export `worker_abi_v1` (a function () -> ()); is it built for worker ABI v1?"
@@ -361,10 +423,20 @@ fn missing_marker_is_refused() {
 
 #[test]
 fn missing_handle_is_refused() {
-    let wasm = wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "worker_abi_v1")))"#)
-        .expect("wat");
+    let wasm =
+        wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "worker_abi_v1")))"#)
+            .expect("wat");
     let err = runtime().load_bytes("x.wasm", &wasm).unwrap_err();
-    assert!(matches!(err, LoadError::MissingExport { export: "worker_handle", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            LoadError::MissingExport {
+                export: "worker_handle",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -374,7 +446,10 @@ fn wrong_handle_type_is_refused() {
            (func (export "worker_handle") (result i64) (i64.const 0)))"#,
     )
     .expect("wat");
-    let err = runtime().load_bytes("x.wasm", &wasm).unwrap_err().to_string();
+    let err = runtime()
+        .load_bytes("x.wasm", &wasm)
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         err,
         "x.wasm: export `worker_handle` is a function () -> (i64), expected a function () -> (i32)"
@@ -400,15 +475,26 @@ fn unknown_or_mistyped_worker_import_is_refused() {
            (func (export "worker_abi_v1")) (func (export "worker_handle") (result i32) (i32.const 0)))"#,
     )
     .expect("wat");
-    let err = runtime().load_bytes("u.wasm", &unknown).unwrap_err().to_string();
-    assert!(err.starts_with("u.wasm: import `worker_v1.sleep` is not allowed: worker_v1 has no such function"), "{err}");
+    let err = runtime()
+        .load_bytes("u.wasm", &unknown)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(
+            "u.wasm: import `worker_v1.sleep` is not allowed: worker_v1 has no such function"
+        ),
+        "{err}"
+    );
 
     let mistyped = wat::parse_str(
         r#"(module (import "worker_v1" "body_len" (func (result i64))) (memory (export "memory") 1)
            (func (export "worker_abi_v1")) (func (export "worker_handle") (result i32) (i32.const 0)))"#,
     )
     .expect("wat");
-    let err = runtime().load_bytes("t.wasm", &mistyped).unwrap_err().to_string();
+    let err = runtime()
+        .load_bytes("t.wasm", &mistyped)
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         err,
         "t.wasm: import `worker_v1.body_len` is not allowed: it is a function () -> (i64), expected a function () -> (i32)"
@@ -447,7 +533,10 @@ fn truncated_wasm_does_not_compile() {
     wasm.truncate(wasm.len() - 3);
     let err = runtime().load_bytes("cut.wasm", &wasm).unwrap_err();
     assert!(matches!(err, LoadError::Compile { .. }), "{err}");
-    assert!(err.to_string().starts_with("cut.wasm: does not compile: "), "{err}");
+    assert!(
+        err.to_string().starts_with("cut.wasm: does not compile: "),
+        "{err}"
+    );
 }
 
 #[test]
@@ -481,9 +570,14 @@ fn load_file_reads_hashes_and_names_the_file() {
     use sha2::Digest;
     assert_eq!(plugin.sha256(), hex::encode(sha2::Sha256::digest(&bytes)));
 
-    let err = runtime().load_file(&dir.path().join("gone.wasm")).unwrap_err();
+    let err = runtime()
+        .load_file(&dir.path().join("gone.wasm"))
+        .unwrap_err();
     assert!(matches!(err, LoadError::Io { .. }));
-    assert!(err.to_string().starts_with("gone.wasm: cannot read: "), "{err}");
+    assert!(
+        err.to_string().starts_with("gone.wasm: cannot read: "),
+        "{err}"
+    );
 }
 
 // ---- WASI ----------------------------------------------------------------
@@ -531,7 +625,9 @@ async fn many_instances_run_at_once() {
         let plugin = plugin.clone();
         tasks.spawn(async move {
             let body = format!("message number {i}").into_bytes();
-            let inv = plugin.handle(Arc::new(input(body.clone())), &limits()).await;
+            let inv = plugin
+                .handle(Arc::new(input(body.clone())), &limits())
+                .await;
             assert_eq!(inv.answer, Ok(Answer::Ok), "{:?}", inv.answer);
             assert_eq!(inv.publishes[0].body, body);
         });
@@ -546,12 +642,24 @@ async fn many_instances_run_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_plugin_does_not_block_others() {
-    let slow = load("infinite_loop");
-    let fast = load("ok");
+    // Its own runtime: pool slots shared with other tests could make the fast
+    // call wait for a slot, which is not what this test is about.
+    let rt = Runtime::new(&RuntimeConfig {
+        max_instances: 8,
+        max_memory: 16 * MIB,
+    })
+    .expect("runtime");
+    let slow = rt
+        .load_bytes("loop.wasm", &fixture_bytes("infinite_loop"))
+        .expect("loads");
+    let fast = rt
+        .load_bytes("ok.wasm", &fixture_bytes("ok"))
+        .expect("loads");
     let lim = Limits {
-        timeout: Duration::from_millis(500),
+        timeout: Duration::from_secs(3),
         memory_limit: 16 * MIB,
     };
+    // Twice as many spinning calls as worker threads.
     let spinners: Vec<_> = (0..4)
         .map(|_| {
             let slow = slow.clone();
@@ -559,7 +667,9 @@ async fn a_slow_plugin_does_not_block_others() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let inv = fast.handle(Arc::new(input("")), &limits()).await;
+    let inv = tokio::spawn(async move { fast.handle(Arc::new(input("")), &lim).await })
+        .await
+        .expect("fast task");
     assert_eq!(inv.answer, Ok(Answer::Ok));
     assert!(
         spinners.iter().all(|s| !s.is_finished()),
@@ -586,4 +696,33 @@ fn emit_logs_does_not_panic_without_a_subscriber() {
         elapsed: Duration::ZERO,
     };
     inv.emit_logs(&plugin, "q");
+}
+
+#[tokio::test]
+async fn the_example_in_docs_abi_md_works() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/abi.md"))
+        .expect("docs/abi.md");
+    let start = doc.find("```wat\n").expect("a wat block") + "```wat\n".len();
+    let end = start + doc[start..].find("\n```").expect("end of the wat block");
+    let wasm = wat::parse_str(&doc[start..end]).expect("the example parses");
+    let plugin = runtime()
+        .load_bytes("example.wasm", &wasm)
+        .expect("the example loads");
+
+    let mut inp = input("hello");
+    inp.publish = Arc::new(PublishPolicy {
+        allowed_exchanges: vec!["audit".into()],
+        ..PublishPolicy::default()
+    });
+    let inv = plugin.handle(Arc::new(inp.clone()), &limits()).await;
+    assert_eq!(inv.answer, Ok(Answer::Ok), "{:?}", inv.answer);
+    assert_eq!(inv.logs[0].message, "user.created");
+    assert_eq!(inv.publishes[0].exchange, "audit");
+    assert_eq!(inv.publishes[0].routing_key, "seen");
+    assert_eq!(inv.publishes[0].body, b"hello");
+
+    inp.body = bytes::Bytes::new();
+    let inv = plugin.handle(Arc::new(inp), &limits()).await;
+    assert_eq!(inv.answer, Ok(Answer::Fail));
+    assert_eq!(inv.reason.as_deref(), Some("empty body"));
 }

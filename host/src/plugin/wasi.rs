@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
-use wasmtime_wasi::WasiCtxBuilder;
 
 /// Most bytes kept from each of stdout and stderr per call.
 pub(crate) const MAX_OUTPUT: usize = 64 * 1024;
@@ -108,7 +108,11 @@ impl OutputStream for BoundedPipe {
 }
 
 impl tokio::io::AsyncWrite for BoundedPipe {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         self.append(buf);
         Poll::Ready(Ok(buf.len()))
     }

@@ -129,10 +129,10 @@ impl Plan {
                 plan.bind_queue(&b.exchange, &q.name, &b.key);
             }
         }
-        if let Some(_delay) = &config.delay {
-            // Hook for the [delay] infrastructure (SPEC section 5): the delay module adds its
-            // level exchanges, TTL queues and exchange-to-exchange bindings here, e.g.
-            // `plan.merge(crate::delay::plan(config, _delay));`
+        if let Some(delay) = &config.delay {
+            // The [delay] infrastructure (SPEC section 5): level exchanges, TTL queues and
+            // exchange-to-exchange bindings.
+            plan.merge(crate::delay::plan(config, delay));
         }
         plan
     }

@@ -1,0 +1,422 @@
+//! End-to-end throughput against the local broker, every figure from the same run:
+//! (a) the fastest bare lapin consumer (task per delivery on a multi-thread runtime, or a
+//!     current-thread runtime: the faster counts), manual acks, doing nothing;
+//! (a') the same, republishing each message with a confirm before the ack;
+//! (b) worker-host (the release binary, a separate process) with a plugin that answers ok;
+//! (c) worker-host with every message retried once, then ok;
+//! (d) worker-host with an SDK plugin (user_monitor.wasm) parsing a 1 KiB JSON body.
+//! Prints msgs/s, the ratio of each to (a), the host's peak RSS, and its RSS with 8 idle
+//! subscriptions.
+//!
+//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R]`
+//! (scripts/bench.sh builds the binary and plugins first). Run with a quiet machine; only the
+//! ratios within one run are meaningful.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+
+const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const PREFETCH: u16 = 100;
+const OK_WAT: &str = r#"(module (memory (export "memory") 1)
+  (func (export "worker_abi_v1")) (func (export "worker_handle") (result i32) i32.const 0))"#;
+/// Retry on the first call, ok on the second (reads meta "attempt").
+const RETRY_ONCE_WAT: &str = r#"(module
+  (import "worker_v1" "meta_get" (func $meta_get (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "attempt")
+  (func (export "worker_abi_v1"))
+  (func (export "worker_handle") (result i32)
+    (drop (call $meta_get (i32.const 0) (i32.const 7) (i32.const 64) (i32.const 8)))
+    (if (result i32) (i32.eq (i32.load8_u (i32.const 64)) (i32.const 49))
+      (then (i32.const 1)) (else (i32.const 0)))))"#;
+
+struct Args {
+    messages: u64,
+    runs: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        messages: 20_000,
+        runs: 3,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--messages" => a.messages = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.messages),
+            "--runs" => a.runs = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.runs),
+            _ => {} // cargo bench passes --bench
+        }
+    }
+    a
+}
+
+fn main() {
+    let args = args();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(bench(args));
+}
+
+async fn connect() -> Connection {
+    Connection::connect(URL, ConnectionProperties::default())
+        .await
+        .unwrap_or_else(|e| panic!("RabbitMQ not reachable at {URL}: {e}\nstart it with: rabbitmq-server -detached"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+async fn bench(args: Args) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let host_bin = root.join("target/release/worker-host");
+    assert!(
+        host_bin.exists(),
+        "{} is missing: cargo build --release -p worker-host (scripts/bench.sh does it)",
+        host_bin.display()
+    );
+    let user_monitor = root.join("plugins/user_monitor.wasm");
+    let n = args.messages;
+    println!("messages per run: {n}, persistent, 256 B bodies (1 KiB JSON for d), prefetch {PREFETCH}, median of {} runs", args.runs);
+
+    let body = vec![b'x'; 256];
+    let json = json_body();
+    let mut a_mt = Vec::new();
+    let mut a_ct = Vec::new();
+    let mut a_rep = Vec::new();
+    let mut b = Vec::new();
+    let mut c = Vec::new();
+    let mut d = Vec::new();
+    let mut peak_rss = 0u64;
+    for run in 0..args.runs {
+        a_mt.push(bare(n, &body, false, false).await);
+        a_ct.push(bare(n, &body, true, false).await);
+        a_rep.push(bare(n, &body, false, true).await);
+        let (rate, rss) = host(&host_bin, Plugin::Wat(OK_WAT), n, &body).await;
+        b.push(rate);
+        peak_rss = peak_rss.max(rss);
+        let (rate, rss) = host(&host_bin, Plugin::Wat(RETRY_ONCE_WAT), n, &body).await;
+        c.push(rate);
+        peak_rss = peak_rss.max(rss);
+        let (rate, rss) = host(&host_bin, Plugin::File(&user_monitor), n, &json).await;
+        d.push(rate);
+        peak_rss = peak_rss.max(rss);
+        eprintln!("run {} done", run + 1);
+    }
+    let a = median(a_mt.clone()).max(median(a_ct.clone()));
+    println!();
+    println!("{:<58} {:>10} {:>8}", "scenario", "msgs/s", "vs (a)");
+    let row = |name: &str, v: f64| println!("{name:<58} {v:>10.0} {:>8.2}", v / a);
+    row("(a)  bare lapin, task per delivery, multi-thread", median(a_mt));
+    row("(a)  bare lapin, current-thread runtime", median(a_ct));
+    row("(a') bare lapin, republish + confirm, then ack", median(a_rep.clone()));
+    row("(b)  worker-host, ok plugin (WAT)", median(b));
+    row("(c)  worker-host, retried once then ok", median(c.clone()));
+    row("(d)  worker-host, SDK plugin parsing 1 KiB JSON", median(d));
+    println!("(c) / (a') = {:.2}", median(c) / median(a_rep));
+    println!("worker-host peak RSS under load: {:.1} MiB", peak_rss as f64 / 1048576.0);
+    let idle = idle_rss(&host_bin, 8).await;
+    println!("worker-host RSS with 8 idle subscriptions: {:.1} MiB", idle as f64 / 1048576.0);
+}
+
+fn json_body() -> Vec<u8> {
+    let mut s = String::from("{\"id\": 12345, \"name\": \"ada lovelace\", \"tags\": [");
+    let mut i = 0;
+    while s.len() < 1000 {
+        s.push_str(&format!("\"tag-{i}\","));
+        i += 1;
+    }
+    s.push_str("\"end\"]}");
+    s.into_bytes()
+}
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Fills `queue` (default exchange) with `n` persistent messages, confirms pipelined.
+async fn fill(ch: &Channel, queue: &str, n: u64, body: &[u8]) {
+    ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
+    let props = BasicProperties::default().with_delivery_mode(2);
+    let mut pending = Vec::with_capacity(1000);
+    for _ in 0..n {
+        let c = ch
+            .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), body, props.clone())
+            .await
+            .expect("publish");
+        pending.push(c);
+        if pending.len() == 1000 {
+            for c in pending.drain(..) {
+                c.await.expect("confirm");
+            }
+        }
+    }
+    for c in pending {
+        c.await.expect("confirm");
+    }
+}
+
+async fn declare(ch: &Channel, queue: &str) {
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("declare");
+}
+
+/// (a) and (a'): a bare consumer of a pre-filled queue; msgs/s from first delivery to last ack.
+async fn bare(n: u64, body: &[u8], current_thread: bool, republish: bool) -> f64 {
+    let queue = unique("bench-bare");
+    let conn = connect().await;
+    let ch = conn.create_channel().await.expect("channel");
+    declare(&ch, &queue).await;
+    let sink = format!("{queue}.sink");
+    if republish {
+        declare(&ch, &sink).await;
+    }
+    fill(&ch, &queue, n, body).await;
+    let q = queue.clone();
+    let s = sink.clone();
+    let consume = async move {
+        let conn = connect().await;
+        let ch = conn.create_channel().await.expect("channel");
+        ch.basic_qos(PREFETCH, BasicQosOptions::default()).await.expect("qos");
+        let publisher = conn.create_channel().await.expect("channel");
+        publisher.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
+        let mut consumer = ch
+            .basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+            .await
+            .expect("consume");
+        let done = Arc::new(AtomicU64::new(0));
+        let all = Arc::new(tokio::sync::Notify::new());
+        let mut started = None;
+        let mut taken = 0;
+        while taken < n {
+            let Some(Ok(delivery)) = consumer.next().await else { break };
+            started.get_or_insert_with(Instant::now);
+            taken += 1;
+            let (done, all, publisher, s) = (done.clone(), all.clone(), publisher.clone(), s.clone());
+            tokio::spawn(async move {
+                if republish {
+                    publisher
+                        .basic_publish("".into(), s.as_str().into(), BasicPublishOptions::default(), &delivery.data, delivery.properties.clone())
+                        .await
+                        .expect("publish")
+                        .await
+                        .expect("confirm");
+                }
+                delivery.ack(BasicAckOptions::default()).await.expect("ack");
+                if done.fetch_add(1, Ordering::AcqRel) + 1 == n {
+                    all.notify_one();
+                }
+            });
+        }
+        all.notified().await;
+        let secs = started.map(|s| s.elapsed().as_secs_f64()).unwrap_or(f64::NAN);
+        let _ = conn.close(200, "bye".into()).await;
+        n as f64 / secs
+    };
+    let rate = if current_thread {
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(consume)
+        })
+        .join()
+        .expect("bench thread")
+    } else {
+        tokio::spawn(consume).await.expect("bench task")
+    };
+    let _ = ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default()).await;
+    let _ = ch.queue_delete(sink.as_str().into(), QueueDeleteOptions::default()).await;
+    let _ = conn.close(200, "bye".into()).await;
+    rate
+}
+
+enum Plugin<'a> {
+    Wat(&'a str),
+    File(&'a Path),
+}
+
+struct Host {
+    child: Child,
+    dir: PathBuf,
+    admin: String,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn start_host(bin: &Path, plugin: &Plugin<'_>, queues: &[String], prefix: &str) -> Host {
+    let dir = std::env::temp_dir().join(unique("bench-host"));
+    std::fs::create_dir_all(dir.join("plugins")).expect("dir");
+    let bytes = match plugin {
+        Plugin::Wat(text) => wat::parse_str(text).expect("wat"),
+        Plugin::File(path) => std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e} (scripts/build-plugins.sh)", path.display())),
+    };
+    std::fs::write(dir.join("plugins/p.wasm"), bytes).expect("plugin");
+    let port = free_port();
+    let mut toml = format!(
+        "[broker]\nurl = \"{URL}\"\n[admin]\nlisten = \"127.0.0.1:{port}\"\n\
+         [exchanges]\nmaster = \"{prefix}.master\"\nretry = \"{prefix}.retry\"\nfailed = \"{prefix}.failed\"\n\
+         [defaults]\nprefetch = {PREFETCH}\nconcurrency = 8\nretry_delays = [\"1ms\"]\n"
+    );
+    for q in queues {
+        toml.push_str(&format!("[[subscription]]\nqueue = \"{q}\"\nplugin = \"p.wasm\"\nbindings = []\n"));
+    }
+    std::fs::write(dir.join("worker.toml"), toml).expect("toml");
+    let child = Command::new(bin)
+        .args(["run", "-c"])
+        .arg(dir.join("worker.toml"))
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start worker-host");
+    Host {
+        child,
+        dir,
+        admin: format!("127.0.0.1:{port}"),
+    }
+}
+
+async fn http_get(addr: &str, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some(out)
+}
+
+/// Sum of `worker_messages_total` samples with outcome="ok".
+async fn handled_ok(addr: &str) -> Option<u64> {
+    let text = http_get(addr, "/metrics").await?;
+    Some(
+        text.lines()
+            .filter(|l| l.starts_with("worker_messages_total{") && l.contains("outcome=\"ok\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64,
+    )
+}
+
+fn rss_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn wait_ready(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(r) = http_get(addr, "/readyz").await {
+            if r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200") {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "worker-host not ready after 30s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// (b)–(d): the host consumes a pre-filled queue; msgs/s (ok answers) from the first ok seen to
+/// the last, and the host's peak RSS (bytes).
+async fn host(bin: &Path, plugin: Plugin<'_>, n: u64, body: &[u8]) -> (f64, u64) {
+    let prefix = unique("bench-host");
+    let queue = format!("{prefix}.q");
+    let conn = connect().await;
+    let ch = conn.create_channel().await.expect("channel");
+    // Let the host declare the topology first, then stop consuming by filling before it starts:
+    // run it once to declare, stop it, fill, start again.
+    {
+        let host = start_host(bin, &plugin, std::slice::from_ref(&queue), &prefix);
+        wait_ready(&host.admin).await;
+    }
+    fill(&ch, &queue, n, body).await;
+    let host = start_host(bin, &plugin, std::slice::from_ref(&queue), &prefix);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut first: Option<(Instant, u64)> = None;
+    let rate = loop {
+        let done = handled_ok(&host.admin).await.unwrap_or(0);
+        if done > 0 && first.is_none() {
+            first = Some((Instant::now(), done));
+        }
+        if done >= n {
+            let (t0, c0) = first.expect("set above");
+            let secs = t0.elapsed().as_secs_f64();
+            break if secs > 0.0 { (n - c0) as f64 / secs } else { f64::NAN };
+        }
+        assert!(Instant::now() < deadline, "worker-host handled {done}/{n} in 600s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let rss = rss_kib(host.child.id(), "VmHWM:") * 1024;
+    drop(host);
+    for q in [queue.clone(), format!("{queue}@failed"), format!("{queue}@retry.1ms")] {
+        let _ = ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
+    }
+    for e in ["master", "retry", "failed"] {
+        let _ = ch.exchange_delete(format!("{prefix}.{e}").as_str().into(), Default::default()).await;
+    }
+    let _ = conn.close(200, "bye".into()).await;
+    (rate, rss)
+}
+
+/// RSS (bytes) of a host with `subs` idle subscriptions, once ready.
+async fn idle_rss(bin: &Path, subs: usize) -> u64 {
+    let prefix = unique("bench-idle");
+    let queues: Vec<String> = (0..subs).map(|i| format!("{prefix}.q{i}")).collect();
+    let host = start_host(bin, &Plugin::Wat(OK_WAT), &queues, &prefix);
+    wait_ready(&host.admin).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss = rss_kib(host.child.id(), "VmRSS:") * 1024;
+    drop(host);
+    let conn = connect().await;
+    let ch = conn.create_channel().await.expect("channel");
+    for q in &queues {
+        for name in [q.clone(), format!("{q}@failed"), format!("{q}@retry.1ms")] {
+            let _ = ch.queue_delete(name.as_str().into(), QueueDeleteOptions::default()).await;
+        }
+    }
+    for e in ["master", "retry", "failed"] {
+        let _ = ch.exchange_delete(format!("{prefix}.{e}").as_str().into(), Default::default()).await;
+    }
+    let _ = conn.close(200, "bye".into()).await;
+    rss
+}

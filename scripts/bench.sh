@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# End-to-end throughput against the local RabbitMQ, bare lapin vs worker-host in the same run,
+# then the per-message wasm cost (criterion). Arguments go to the throughput bench
+# (--messages N, --runs R).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/broker.sh
+
+ensure_broker
+[ -f plugins/user_monitor.wasm ] || scripts/build-plugins.sh
+cargo build --release --locked -p worker-host
+cargo bench --locked -p worker-host --bench throughput -- "$@"
+cargo bench --locked -p worker-host --bench plugin
