@@ -53,6 +53,9 @@ type Slots = HashMap<PathBuf, Arc<ArcSwap<Plugin>>>;
 pub struct PluginSet {
     runtime: Runtime,
     slots: Arc<Mutex<Slots>>,
+    /// Held from reading a file to storing its version, so two loads of one file (the watcher
+    /// and a config reload or SIGHUP) never race and leave an older version in place.
+    loading: Arc<tokio::sync::Mutex<()>>,
     /// Reload outcomes so far.
     pub stats: Arc<ReloadStats>,
 }
@@ -70,12 +73,14 @@ impl PluginSet {
         PluginSet {
             runtime,
             slots: Arc::default(),
+            loading: Arc::default(),
             stats: Arc::default(),
         }
     }
 
     /// The slot for `path`, loading the file the first time it is named.
     pub async fn slot(&self, path: &Path) -> anyhow::Result<Arc<ArcSwap<Plugin>>> {
+        let _loading = self.loading.lock().await;
         if let Some(slot) = self.get(path) {
             return Ok(slot);
         }
@@ -126,11 +131,18 @@ impl PluginSet {
     /// new version, or None when the bytes were unchanged or nothing uses the file. Counts and
     /// logs the outcome.
     pub async fn reload(&self, path: &Path) -> Result<Option<Arc<Plugin>>, ReloadError> {
+        let _loading = self.loading.lock().await;
         self.reload_logged(path, true).await
     }
 
-    /// `reload`, but an unchanged file is neither counted nor logged: for sweeps that check
-    /// every file because something unnamed changed in the folder.
+    /// Checks every file in use by its hash and swaps in what changed: for SIGHUP, and for
+    /// filesystems that send no events.
+    pub async fn recheck(&self) {
+        self.sweep(&[]).await;
+    }
+
+    /// `reload` without taking `loading`; an unchanged file is counted and logged only with
+    /// `count_unchanged` (sweeps check every file, most of them unchanged).
     async fn reload_logged(
         &self,
         path: &Path,
@@ -207,6 +219,8 @@ impl PluginSet {
 
     /// Checks every file in use; unchanged ones are skipped quietly.
     async fn sweep(&self, except: &[PathBuf]) {
+        let _loading = self.loading.lock().await;
+        // Listed under the lock, so a slot being created meanwhile is included.
         for path in self.paths() {
             if !except.contains(&path) {
                 let _ = self.reload_logged(&path, false).await;
@@ -257,10 +271,10 @@ pub fn watch(
     debouncer.watch(&plugins_dir, RecursiveMode::NonRecursive)?;
     let config_path = absolute(config_path);
     let config_dir = config_path.parent().map(Path::to_path_buf);
-    if let Some(dir) = &config_dir {
-        if *dir != plugins_dir {
-            debouncer.watch(dir, RecursiveMode::NonRecursive)?;
-        }
+    if let Some(dir) = &config_dir
+        && *dir != plugins_dir
+    {
+        debouncer.watch(dir, RecursiveMode::NonRecursive)?;
     }
     let mut config_digest = digest_of(&config_path);
     let task = tokio::spawn(async move {
@@ -287,16 +301,15 @@ pub fn watch(
             // worker.toml: any change in its folder counts (a Kubernetes ConfigMap swaps a
             // `..data` symlink and never touches the file's own name), but only new content
             // triggers a reload.
-            if touched.iter().any(|p| p.parent() == config_dir.as_deref()) {
-                if let Some(digest) = digest_of(&config_path) {
-                    if config_digest != Some(digest) {
-                        config_digest = Some(digest);
-                        match changes.try_send(Change::Config) {
-                            // Full: a reload is already queued and will read the newest file.
-                            Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
-                            Err(mpsc::error::TrySendError::Closed(_)) => return,
-                        }
-                    }
+            if touched.iter().any(|p| p.parent() == config_dir.as_deref())
+                && let Some(digest) = digest_of(&config_path)
+                && config_digest != Some(digest)
+            {
+                config_digest = Some(digest);
+                match changes.try_send(Change::Config) {
+                    // Full: a reload is already queued and will read the newest file.
+                    Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
+                    Err(mpsc::error::TrySendError::Closed(_)) => return,
                 }
             }
 

@@ -323,6 +323,8 @@ fn spawn_sighup(changes: mpsc::Sender<Change>) -> tokio::task::JoinHandle<()> {
 /// channels while the old consumer drains. Everything that can fail (parsing, compiling new
 /// plugins, declaring) happens before anything running is touched; a broken file keeps what runs.
 async fn apply_config_change(state: &mut State, conn: &Arc<Connection>, consumers: &mut Consumers) {
+    // SIGHUP also means "look at the plugins again": some filesystems send no events.
+    state.plugins.recheck().await;
     let new = match reload_config(&state.config) {
         Ok(new) => new,
         Err(why) => {
@@ -406,7 +408,7 @@ fn reload_config(old: &Config) -> anyhow::Result<Config> {
     }
     if new.delay != old.delay {
         later.push("[delay]");
-        new.delay = old.delay.clone();
+        new.delay = old.delay;
     }
     if !later.is_empty() {
         warn!(

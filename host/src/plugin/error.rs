@@ -178,7 +178,7 @@ pub(crate) fn classify(
             .downcast_ref::<wasmtime::WasmBacktrace>()
             .and_then(|bt| bt.frames().first())
             .and_then(|frame| frame.func_name())
-            .map(|name| one_line(name));
+            .map(one_line);
         return HandlerError::Trap {
             kind: TrapKind::from_trap(trap),
             func,

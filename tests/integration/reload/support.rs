@@ -1,0 +1,364 @@
+//! Helpers of the hot-reload tests: versioned test plugins, file writes the way editors and
+//! deploy tools do them, a collector of results, probes and the reload counters.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lapin::BasicProperties;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions};
+use lapin::types::FieldTable;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::common;
+
+/// One test's private topology, named from a unique prefix.
+pub(super) struct Names {
+    pub(super) p: String,
+}
+
+impl Names {
+    pub(super) fn new(test: &str) -> Names {
+        Names {
+            p: common::unique(test),
+        }
+    }
+    pub(super) fn q(&self) -> String {
+        format!("{}.q", self.p)
+    }
+    pub(super) fn master(&self) -> String {
+        format!("{}.master", self.p)
+    }
+    pub(super) fn out(&self) -> String {
+        format!("{}.out", self.p)
+    }
+    pub(super) fn seen(&self) -> String {
+        format!("{}.seen", self.p)
+    }
+    pub(super) fn key(&self) -> String {
+        format!("{}.key.x", self.p)
+    }
+    /// Exchanges, the out exchange (topic) and the `seen` queue collecting every result.
+    pub(super) fn topology_toml(&self) -> String {
+        format!(
+            "[broker]\nurl = \"{url}\"\n\n\
+             [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
+             [[exchange]]\nname = \"{p}.out\"\ntype = \"topic\"\n\n\
+             [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"#\" }}]\n\n",
+            url = common::broker_url(),
+            p = self.p
+        )
+    }
+    /// A subscription on `queue` running `hot.wasm`, bound to `<p>.<binding>.*`; retries wait
+    /// 200ms unless `extra` says otherwise.
+    pub(super) fn sub_toml(&self, queue: &str, binding: &str, extra: &str) -> String {
+        let delays = if extra.contains("retry_delays") {
+            ""
+        } else {
+            "retry_delays = [\"200ms\"]\n"
+        };
+        format!(
+            "[[subscription]]\nqueue = \"{queue}\"\nplugin = \"hot.wasm\"\nbindings = [\"{p}.{binding}.*\"]\n\
+             publish = [\"{p}.out\"]\n{delays}{extra}\n\n",
+            p = self.p
+        )
+    }
+    pub(super) fn queues_of(&self, queue: &str) -> Vec<String> {
+        vec![
+            queue.to_string(),
+            format!("{queue}@failed"),
+            format!("{queue}@retry.200ms"),
+            format!("{queue}@retry.300ms"),
+        ]
+    }
+    pub(super) async fn cleanup(&self, queues: &[String]) {
+        let mut all = vec![self.seen()];
+        for q in queues {
+            all.extend(self.queues_of(q));
+        }
+        let exchanges = ["master", "retry", "failed", "out"]
+            .iter()
+            .map(|e| format!("{}.{e}", self.p))
+            .collect::<Vec<_>>();
+        common::cleanup(&all, &exchanges).await;
+    }
+}
+
+/// Version `v` of the test plugin: publishes the body to `out` with routing key `v<v>` and
+/// answers ok; a body starting with `f` answers fail instead (to see the version stamped on
+/// parked messages). Versions differ only in a data segment, like real rebuilds do.
+pub(super) fn versioned(out: &str, v: usize) -> Vec<u8> {
+    let key = format!("v{v}");
+    let wat = format!(
+        r#"(module
+  (import "worker_v1" "body_read" (func $body_read (param i32 i32) (result i32)))
+  (import "worker_v1" "set_reason" (func $set_reason (param i32 i32)))
+  (import "worker_v1" "publish" (func $publish (param i32 i32 i32 i32 i32 i32 i64) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "{out}")
+  (data (i32.const 256) "{key}")
+  (data (i32.const 512) "publish refused")
+  (data (i32.const 544) "failed on purpose")
+  (func (export "worker_abi_v1"))
+  (func (export "worker_handle") (result i32)
+    (local $len i32)
+    (local.set $len (call $body_read (i32.const 1024) (i32.const 4096)))
+    (if (i32.eq (i32.load8_u (i32.const 1024)) (i32.const 102))
+      (then (call $set_reason (i32.const 544) (i32.const 17)) (return (i32.const 2))))
+    (if (i32.ne (call $publish (i32.const 0) (i32.const {ol}) (i32.const 256) (i32.const {kl})
+                               (i32.const 1024) (local.get $len) (i64.const 0))
+                (i32.const 0))
+      (then (call $set_reason (i32.const 512) (i32.const 15)) (return (i32.const 2))))
+    (i32.const 0)))"#,
+        ol = out.len(),
+        kl = key.len()
+    );
+    wat::parse_str(wat).expect("versioned plugin parses")
+}
+
+/// A valid module that lacks `worker_handle`.
+pub(super) fn missing_export() -> Vec<u8> {
+    wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "worker_abi_v1")))"#)
+        .expect("parses")
+}
+
+pub(super) fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Replaces the file's contents in place (truncate + write, same inode), like `cp` or an editor
+/// with `backupcopy=yes`.
+pub(super) fn write_in_place(path: &Path, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .create(true)
+        .open(path)
+        .expect("open plugin");
+    f.write_all(bytes).expect("write plugin");
+    f.sync_all().expect("sync");
+}
+
+/// Writes a temp file next to `path` and renames it over `path`, like most editors and
+/// deploy tools.
+pub(super) fn write_via_rename(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("wasm.tmp");
+    std::fs::write(&tmp, bytes).expect("write temp");
+    std::fs::rename(&tmp, path).expect("rename over");
+}
+
+/// One result the plugin published: its version key, its body, when it arrived.
+#[derive(Debug, Clone)]
+pub(super) struct Seen {
+    pub(super) version: usize,
+    pub(super) body: String,
+    pub(super) at: Instant,
+}
+
+/// Consumes the `seen` queue as results arrive, recording each after its ack went out (so a
+/// message requeued by closing the channel is recorded once, by `finish`).
+pub(super) struct Collector {
+    ch: lapin::Channel,
+    records: Arc<Mutex<Vec<Seen>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Collector {
+    pub(super) async fn start(conn: &lapin::Connection, queue: &str) -> Collector {
+        let ch = conn.create_channel().await.expect("collector channel");
+        let mut deliveries = ch
+            .basic_consume(
+                queue.into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("consume seen");
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let sink = records.clone();
+        let task = tokio::spawn(async move {
+            while let Some(Ok(d)) = deliveries.next().await {
+                let at = Instant::now();
+                if d.acker.ack(BasicAckOptions::default()).await.is_err() {
+                    break;
+                }
+                sink.lock().unwrap().push(Seen {
+                    version: parse_version(d.routing_key.as_str()),
+                    body: String::from_utf8_lossy(&d.data).into_owned(),
+                    at,
+                });
+            }
+        });
+        Collector { ch, records, task }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.records.lock().unwrap().len()
+    }
+
+    /// When the first result of `version` arrived.
+    pub(super) fn first_of(&self, version: usize) -> Option<Instant> {
+        self.records
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.version == version)
+            .map(|s| s.at)
+            .min()
+    }
+
+    /// Stops consuming and returns every result, including what is left in the queue.
+    pub(super) async fn finish(self, ch: &lapin::Channel, queue: &str) -> Vec<Seen> {
+        let _ = self.ch.close(200, "done".into()).await;
+        let _ = self.task.await;
+        let mut all = self.records.lock().unwrap().clone();
+        while let Some(msg) = common::get(ch, queue).await {
+            all.push(Seen {
+                version: parse_version(msg.delivery.routing_key.as_str()),
+                body: String::from_utf8_lossy(&msg.delivery.data).into_owned(),
+                at: Instant::now(),
+            });
+        }
+        all
+    }
+}
+
+pub(super) fn parse_version(key: &str) -> usize {
+    key.strip_prefix('v')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected result key {key:?}"))
+}
+
+/// Publishes `body` and waits for its result in `seen`; returns the version that handled it.
+pub(super) async fn probe(ch: &lapin::Channel, n: &Names, body: &str) -> usize {
+    common::publish(
+        ch,
+        &n.master(),
+        &n.key(),
+        body.as_bytes(),
+        BasicProperties::default(),
+    )
+    .await;
+    let msg = common::eventually(
+        Duration::from_secs(10),
+        &format!("the result of {body}"),
+        || async { common::get(ch, &n.seen()).await },
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&msg.delivery.data),
+        body,
+        "results come back in order"
+    );
+    parse_version(msg.delivery.routing_key.as_str())
+}
+
+/// Probes until `version` answers; the last probes may still meet the old version.
+pub(super) async fn probe_until(ch: &lapin::Channel, n: &Names, version: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut i = 0;
+    loop {
+        i += 1;
+        if probe(ch, n, &format!("{what}-{i}")).await == version {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "v{version} not serving 10s after {what}"
+        );
+    }
+}
+
+/// A free TCP port for the admin endpoint.
+pub(super) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// `worker_plugin_reloads{result=...}` from the admin endpoint.
+pub(super) async fn reloads(port: u16, result: &str) -> u64 {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("admin endpoint");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.expect("response");
+    let label = format!("result=\"{result}\"");
+    text.lines()
+        .find(|l| l.starts_with("worker_plugin_reloads") && l.contains(&label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .unwrap_or(0)
+}
+
+/// Waits until the service has refused one more reload than `before`.
+pub(super) async fn wait_refused(port: u16, before: u64, what: &str) -> u64 {
+    common::eventually(
+        Duration::from_secs(10),
+        &format!("{what} refused"),
+        || async {
+            let now = reloads(port, "failed").await;
+            (now > before).then_some(now)
+        },
+    )
+    .await
+}
+
+pub(super) fn stats(mut xs: Vec<Duration>) -> (Duration, Duration, Duration) {
+    xs.sort();
+    (xs[0], xs[xs.len() / 2], xs[xs.len() - 1])
+}
+
+/// Consumers on `queue` now.
+pub(super) async fn consumers(conn: &lapin::Connection, queue: &str) -> u32 {
+    let probe = conn.create_channel().await.expect("channel");
+    let q = probe
+        .queue_declare(
+            queue.into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("queue {queue} missing: {e}"));
+    let _ = probe.close(200, "probe".into()).await;
+    q.consumer_count()
+}
+
+pub(super) async fn queue_exists(conn: &lapin::Connection, queue: &str) -> bool {
+    let probe = conn.create_channel().await.expect("channel");
+    let found = probe
+        .queue_declare(
+            queue.into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .is_ok();
+    let _ = probe.close(200, "probe".into()).await;
+    found
+}
+
+/// Saves worker.toml the way editors do: a temp file renamed over it.
+pub(super) fn save_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("worker.toml");
+    let tmp = dir.join(".worker.toml.swp");
+    std::fs::write(&tmp, text).expect("write temp config");
+    std::fs::rename(&tmp, &path).expect("rename config");
+    path
+}
