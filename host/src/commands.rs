@@ -111,6 +111,10 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
     if let Some(ct) = &args.content_type {
         props = props.with_content_type(ct.as_str().into());
     }
+    if let Some(delay) = args.delay {
+        // Refuse a delay the levels cannot express before touching the broker.
+        crate::delay::Delayer::required(&config)?.steps(delay)?;
+    }
     let conn = broker::connect_once(&config.broker.urls, "worker-host publish").await?;
     let channel = Arc::new(conn.create_channel().await?);
     channel

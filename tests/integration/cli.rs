@@ -1,0 +1,130 @@
+//! The command line as a user meets it: exit codes, and errors as clear lines, never panics.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn worker_host(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_worker-host"));
+    cmd.args(args).current_dir(root()).env_remove("WORKER_BROKER_URL");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run worker-host")
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_no_panic(stderr: &str) {
+    assert!(!stderr.contains("panicked"), "a panic reached the user:\n{stderr}");
+    assert!(!stderr.contains("RUST_BACKTRACE"), "{stderr}");
+}
+
+#[test]
+fn check_accepts_the_example_config_and_compiles_its_plugins() {
+    let out = worker_host(&["check", "-c", "worker.toml"], &[]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("worker.toml: ok"), "{stdout}");
+    for plugin in ["user_monitor.wasm", "order_close.wasm", "flaky.wasm", "c_echo.wasm"] {
+        assert!(stdout.contains(&format!("plugin {plugin} ok")), "{stdout}");
+    }
+}
+
+/// Every `tests/configs/bad/NAME.toml` fails `check` with exit 1 and each line of NAME.expected.
+#[test]
+fn check_rejects_each_bad_config_with_its_message() {
+    let dir = root().join("tests/configs/bad");
+    let mut cases = 0;
+    for entry in std::fs::read_dir(&dir).expect("tests/configs/bad") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        cases += 1;
+        let expected = std::fs::read_to_string(path.with_extension("expected"))
+            .unwrap_or_else(|e| panic!("{}: missing .expected: {e}", path.display()));
+        let out = worker_host(&["check", "-c", path.to_str().expect("utf-8 path")], &[]);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{}:\n{stderr}", path.display());
+        assert_no_panic(&stderr);
+        for line in expected.lines().filter(|l| !l.trim().is_empty()) {
+            assert!(stderr.contains(line.trim()), "{}: expected {line:?} in:\n{stderr}", path.display());
+        }
+    }
+    assert!(cases >= 20, "only {cases} bad configs found");
+}
+
+#[test]
+fn check_names_a_bad_plugin_file_and_the_problem() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("plugins")).expect("mkdir");
+    std::fs::write(dir.path().join("plugins/bad.wasm"), b"this is not wasm").expect("write");
+    let no_marker = wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "worker_handle") (result i32) i32.const 0))"#).expect("wat");
+    std::fs::write(dir.path().join("plugins/nomarker.wasm"), no_marker).expect("write");
+    std::fs::write(
+        dir.path().join("worker.toml"),
+        "[broker]\nurl = \"amqp://127.0.0.1\"\n\n[[subscription]]\nqueue = \"a\"\nplugin = \"bad.wasm\"\nbindings = [\"a\"]\n\n\
+         [[subscription]]\nqueue = \"b\"\nplugin = \"nomarker.wasm\"\nbindings = [\"b\"]\n",
+    )
+    .expect("write");
+    let config = dir.path().join("worker.toml");
+    let out = worker_host(&["check", "-c", config.to_str().expect("utf-8")], &[]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_no_panic(&stderr);
+    assert!(stderr.contains("bad.wasm") && stderr.contains("not a WebAssembly module"), "{stderr}");
+    assert!(stderr.contains("nomarker.wasm") && stderr.contains("worker_abi_v1"), "both plugins reported: {stderr}");
+}
+
+#[test]
+fn topology_prints_the_plan_without_a_broker() {
+    let out = worker_host(&["topology", "-c", "worker.toml"], &[]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for needle in ["master.retry", "ucenter@user@failed", "ucenter@user@retry.1s", "order.delay.queue", "worker.delay.1s"] {
+        assert!(stdout.contains(needle), "{needle} missing from:\n{stdout}");
+    }
+}
+
+#[test]
+fn an_unreachable_broker_exits_2_with_a_clear_line() {
+    let env = [("WORKER_BROKER_URL", "amqp://guest:guest@127.0.0.1:1/%2f")];
+    for args in [
+        &["topology", "-c", "worker.toml", "--apply"][..],
+        &["failed", "list", "-c", "worker.toml", "--queue", "ucenter@user"],
+        &["publish", "-c", "worker.toml", "--exchange", "master", "--routing-key", "k", "--body", "x"],
+    ] {
+        let out = worker_host(args, &env);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_no_panic(&stderr);
+        assert!(stderr.contains("cannot reach RabbitMQ"), "{args:?}: {stderr}");
+        assert!(!stderr.contains(":guest@"), "password hidden: {stderr}");
+    }
+}
+
+#[test]
+fn user_errors_exit_1() {
+    // A delay beyond what [delay] levels allow, an unknown queue, a missing config file.
+    let cases: [&[&str]; 3] = [
+        &["publish", "-c", "worker.toml", "--exchange", "master", "--routing-key", "k", "--body", "x", "--delay", "100y"],
+        &["failed", "list", "-c", "worker.toml", "--queue", "no-such-queue"],
+        &["check", "-c", "no-such-file.toml"],
+    ];
+    for args in cases {
+        let out = worker_host(args, &[]);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_no_panic(&stderr);
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    }
+}
