@@ -52,6 +52,15 @@ impl Backoff {
     }
 }
 
+/// A lapin error as one line: the broker's own text for protocol errors (lapin's Display and
+/// its source repeat it), else lapin's.
+pub fn describe(err: &lapin::Error) -> String {
+    match err.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => amqp.get_message().as_str().to_string(),
+        _ => err.to_string(),
+    }
+}
+
 /// Hides the password of an AMQP URL for logs and errors.
 pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {

@@ -347,9 +347,9 @@ pub async fn publish_confirmed(
             properties,
         )
         .await
-        .with_context(|| format!("publishing to {exchange:?} with key {routing_key:?}"))?
+        .map_err(|e| anyhow::anyhow!("publishing to {exchange:?} with key {routing_key:?}: {}", crate::broker::describe(&e)))?
         .await
-        .with_context(|| format!("waiting for the confirm from {exchange:?}"))?;
+        .map_err(|e| anyhow::anyhow!("publishing to {exchange:?}: {}", crate::broker::describe(&e)))?;
     match confirm {
         Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
         Confirmation::Ack(Some(_)) => {

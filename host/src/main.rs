@@ -9,7 +9,7 @@ use worker_host::{commands, exit_code, service};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = cli.log_format == LogFormat::Json;
-    init_tracing(cli.log_format);
+    init_tracing(cli.log_format, matches!(cli.command, Command::Run(_)));
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {
@@ -43,9 +43,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(format: LogFormat) {
+/// RUST_LOG wins; otherwise the service logs at info and one-shot commands only warnings.
+/// lapin's own error lines repeat what our errors say, so they are off by default.
+fn init_tracing(format: LogFormat, service: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let default = if service { "info,lapin=off" } else { "warn,lapin=off" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -670,6 +670,28 @@ async fn admin_endpoints_report_health_readiness_and_metrics() {
     n.cleanup().await;
 }
 
+/// `[broker] urls` lists cluster nodes: one that does not answer is skipped for the next.
+#[tokio::test]
+async fn several_broker_urls_are_tried_in_turn() {
+    let n = Names::new("urls");
+    let url = common::broker_url();
+    let toml = n.toml(None, "").replace(
+        &format!("url = \"{url}\""),
+        &format!("urls = [\"amqp://guest:guest@127.0.0.1:1/%2f\", \"{url}\"]"),
+    );
+    assert!(toml.contains("urls = ["), "{toml}");
+    let svc = Service::start(&toml, &[("script.wasm", &script())]).await;
+    let conn = common::connect().await;
+    common::wait_consuming(&conn, &n.q()).await;
+    publish_all(&conn, &n, [body(b'o', 0)]).await;
+    wait_depth(&conn, &n.seen(), 1, Duration::from_secs(20)).await;
+    svc.stop().await;
+    let t = tally(&conn, &n, 1).await;
+    t.assert_nothing_lost();
+    assert_eq!(t.still_queued, 0, "{t:?}");
+    n.cleanup().await;
+}
+
 /// The broker drops the host's connection (as on a node failover) while a slow call is in
 /// flight: the host is not ready at once (not only when the call ends), reconnects, consumes
 /// again, and the interrupted message comes back. Closes only this host's connection, so it
