@@ -44,18 +44,22 @@ const RETRY_ONCE_WAT: &str = r#"(module
 struct Args {
     messages: u64,
     runs: usize,
+    /// Scenarios to run (letters of a, A, b, c, d; `A` is a' and the batched-ack bare consumer).
+    only: String,
 }
 
 fn args() -> Args {
     let mut a = Args {
         messages: 20_000,
         runs: 3,
+        only: "aAbcd".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--messages" => a.messages = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.messages),
             "--runs" => a.runs = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.runs),
+            "--only" => a.only = it.next().unwrap_or(a.only),
             _ => {} // cargo bench passes --bench
         }
     }
@@ -93,42 +97,58 @@ async fn bench(args: Args) {
 
     let body = vec![b'x'; 256];
     let json = json_body();
-    let mut a_mt = Vec::new();
-    let mut a_ct = Vec::new();
-    let mut a_rep = Vec::new();
-    let mut b = Vec::new();
-    let mut c = Vec::new();
-    let mut d = Vec::new();
+    let on = |c: char| args.only.contains(c);
+    let (mut a_mt, mut a_ct, mut a_rep, mut a_multi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new());
     let mut peak_rss = 0u64;
     for run in 0..args.runs {
-        a_mt.push(bare(n, &body, false, false).await);
-        a_ct.push(bare(n, &body, true, false).await);
-        a_rep.push(bare(n, &body, false, true).await);
-        let (rate, rss) = host(&host_bin, Plugin::Wat(OK_WAT), n, &body).await;
-        b.push(rate);
-        peak_rss = peak_rss.max(rss);
-        let (rate, rss) = host(&host_bin, Plugin::Wat(RETRY_ONCE_WAT), n, &body).await;
-        c.push(rate);
-        peak_rss = peak_rss.max(rss);
-        let (rate, rss) = host(&host_bin, Plugin::File(&user_monitor), n, &json).await;
-        d.push(rate);
-        peak_rss = peak_rss.max(rss);
+        if on('a') {
+            a_mt.push(bare(n, &body, Bare::TaskPerDelivery).await);
+            a_ct.push(bare(n, &body, Bare::CurrentThread).await);
+        }
+        if on('A') {
+            a_rep.push(bare(n, &body, Bare::Republish).await);
+            a_multi.push(bare(n, &body, Bare::BatchedAcks).await);
+        }
+        for (letter, out, plugin, payload) in [
+            ('b', &mut b, Plugin::Wat(OK_WAT), &body),
+            ('c', &mut c, Plugin::Wat(RETRY_ONCE_WAT), &body),
+            ('d', &mut d, Plugin::File(&user_monitor), &json),
+        ] {
+            if on(letter) {
+                let (rate, rss) = host(&host_bin, plugin, n, payload, letter).await;
+                out.push(rate);
+                peak_rss = peak_rss.max(rss);
+            }
+        }
         eprintln!("run {} done", run + 1);
     }
-    let a = median(a_mt.clone()).max(median(a_ct.clone()));
+    let med = |v: &Vec<f64>| if v.is_empty() { f64::NAN } else { median(v.clone()) };
+    let a = med(&a_mt).max(med(&a_ct));
     println!();
-    println!("{:<58} {:>10} {:>8}", "scenario", "msgs/s", "vs (a)");
-    let row = |name: &str, v: f64| println!("{name:<58} {v:>10.0} {:>8.2}", v / a);
-    row("(a)  bare lapin, task per delivery, multi-thread", median(a_mt));
-    row("(a)  bare lapin, current-thread runtime", median(a_ct));
-    row("(a') bare lapin, republish + confirm, then ack", median(a_rep.clone()));
-    row("(b)  worker-host, ok plugin (WAT)", median(b));
-    row("(c)  worker-host, retried once then ok", median(c.clone()));
-    row("(d)  worker-host, SDK plugin parsing 1 KiB JSON", median(d));
-    println!("(c) / (a') = {:.2}", median(c) / median(a_rep));
-    println!("worker-host peak RSS under load: {:.1} MiB", peak_rss as f64 / 1048576.0);
-    let idle = idle_rss(&host_bin, 8).await;
-    println!("worker-host RSS with 8 idle subscriptions: {:.1} MiB", idle as f64 / 1048576.0);
+    println!("{:<62} {:>10} {:>8}", "scenario", "msgs/s", "vs (a)");
+    let row = |name: &str, v: f64| {
+        if !v.is_nan() {
+            println!("{name:<62} {v:>10.0} {:>8.2}", v / a)
+        }
+    };
+    row("(a)  bare lapin, task per delivery, multi-thread", med(&a_mt));
+    row("(a)  bare lapin, current-thread runtime", med(&a_ct));
+    row("(a') bare lapin, republish + confirm, then ack", med(&a_rep));
+    row("(a+) bare lapin, batched acks (multiple=true), for reference", med(&a_multi));
+    row("(b)  worker-host, ok plugin (WAT)", med(&b));
+    row("(c)  worker-host, retried once then ok", med(&c));
+    row("(d)  worker-host, SDK plugin parsing 1 KiB JSON", med(&d));
+    if !c.is_empty() && !a_rep.is_empty() {
+        println!("(c) / (a') = {:.2}", med(&c) / med(&a_rep));
+    }
+    if peak_rss > 0 {
+        println!("worker-host peak RSS under load: {:.1} MiB", peak_rss as f64 / 1048576.0);
+    }
+    if on('i') || args.only == "aAbcd" {
+        let idle = idle_rss(&host_bin, 8).await;
+        println!("worker-host RSS with 8 idle subscriptions: {:.1} MiB", idle as f64 / 1048576.0);
+    }
 }
 
 fn json_body() -> Vec<u8> {

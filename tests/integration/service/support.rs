@@ -1,0 +1,406 @@
+//! Helpers of the service tests: names, the real binary as a child process, publishing,
+//! draining and counting where every message ended up.
+
+#![allow(dead_code)]
+
+use crate::common::{self};
+use futures_util::StreamExt;
+use lapin::options::{BasicConsumeOptions, BasicPublishOptions};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use worker_host::outcome;
+
+pub const SCRIPT: &str = include_str!("../fixtures/script.wat");
+pub const BIN: &str = env!("CARGO_BIN_EXE_worker-host");
+
+/// One test's private topology, derived from a unique prefix.
+pub struct Names {
+    pub p: String,
+}
+
+impl Names {
+    pub fn new(test: &str) -> Names {
+        Names {
+            p: common::unique(test),
+        }
+    }
+    pub fn q(&self) -> String {
+        format!("{}.q", self.p)
+    }
+    pub fn master(&self) -> String {
+        format!("{}.master", self.p)
+    }
+    pub fn out(&self) -> String {
+        format!("{}.out", self.p)
+    }
+    pub fn seen(&self) -> String {
+        format!("{}.seen", self.p)
+    }
+    pub fn failed(&self) -> String {
+        format!("{}.q@failed", self.p)
+    }
+    pub fn retry(&self) -> String {
+        format!("{}.q@retry.30s", self.p)
+    }
+
+    /// worker.toml: one subscription on the script plugin (retries wait 30 s, so a retried
+    /// message stays countable in its retry queue), a collector queue `seen` behind the fanout
+    /// exchange `out`, and `[admin]` when asked.
+    pub fn toml(&self, admin: Option<SocketAddr>, extra: &str) -> String {
+        let admin = admin
+            .map(|a| format!("[admin]\nlisten = \"{a}\"\n\n"))
+            .unwrap_or_default();
+        format!(
+            "[broker]\nurl = \"{url}\"\n\n{admin}\
+             [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
+             [[exchange]]\nname = \"{p}.out\"\ntype = \"fanout\"\n\n\
+             [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"\" }}]\n\n\
+             [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"script.wasm\"\npublish = [\"{p}.out\"]\n\
+             retry_delays = [\"30s\"]\n{extra}\n",
+            url = common::broker_url(),
+            p = self.p,
+        )
+    }
+
+    pub async fn cleanup(&self) {
+        let queues = [self.q(), self.failed(), self.retry(), self.seen()];
+        let exchanges = ["master", "retry", "failed", "out"].map(|e| format!("{}.{e}", self.p));
+        common::cleanup(&queues, &exchanges).await;
+    }
+}
+
+pub fn script() -> Vec<u8> {
+    wat::parse_str(SCRIPT).expect("script.wat parses")
+}
+
+/// A config folder: worker.toml and plugins/script.wasm.
+pub fn config_dir(toml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
+    std::fs::write(dir.path().join("plugins/script.wasm"), script()).expect("write plugin");
+    std::fs::write(dir.path().join("worker.toml"), toml).expect("write worker.toml");
+    dir
+}
+
+/// Declares what the config describes, so a whole stream can be queued before a host runs.
+pub async fn declare(dir: &Path) {
+    let (config, _) = worker_host::config::Config::load(&dir.join("worker.toml"))
+        .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
+    let conn = common::connect().await;
+    worker_host::topology::Plan::from_config(&config)
+        .declare(&conn)
+        .await
+        .expect("declare the topology");
+    let _ = conn.close(200, "declared".into()).await;
+}
+
+/// Body of message `i`: the script's op byte, then the index.
+pub fn body(op: u8, i: u32) -> Vec<u8> {
+    let mut b = vec![op];
+    b.extend_from_slice(format!("{i:07}").as_bytes());
+    b
+}
+
+pub fn index_of(body: &[u8]) -> u32 {
+    std::str::from_utf8(&body[1..])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a test body: {:?}", String::from_utf8_lossy(body)))
+}
+
+/// Publishes every body to Q (through master, key Q), pipelined: all sends, then all confirms.
+pub async fn publish_all(conn: &Connection, n: &Names, bodies: impl IntoIterator<Item = Vec<u8>>) {
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    let mut h = FieldTable::default();
+    h.insert("pub-exchange".into(), outcome::text(&n.out()));
+    let props = BasicProperties::default()
+        .with_headers(h)
+        .with_delivery_mode(2);
+    let mut confirms = Vec::new();
+    for body in bodies {
+        let confirm = ch
+            .basic_publish(
+                n.master().as_str().into(),
+                n.q().as_str().into(),
+                BasicPublishOptions::default(),
+                &body,
+                props.clone(),
+            )
+            .await
+            .expect("publish");
+        confirms.push(confirm);
+    }
+    for confirm in confirms {
+        assert!(
+            confirm.await.expect("confirm").is_ack(),
+            "broker refused a publish"
+        );
+    }
+    let _ = ch.close(200, "published".into()).await;
+}
+
+/// Messages ready in `queue`, on a fresh channel (a failed passive declare kills its channel).
+pub async fn depth(conn: &Connection, queue: &str) -> u32 {
+    let ch = conn.create_channel().await.expect("channel");
+    let d = common::depth(&ch, queue).await;
+    let _ = ch.close(200, "depth".into()).await;
+    d
+}
+
+/// Takes every message in `queue` (nobody else consumes it) and returns their indexes.
+pub async fn drain(conn: &Connection, queue: &str) -> Vec<u32> {
+    let expected = depth(conn, queue).await as usize;
+    let ch = conn.create_channel().await.expect("channel");
+    let mut consumer = ch
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    let mut got = Vec::with_capacity(expected);
+    while got.len() < expected {
+        let next = tokio::time::timeout(Duration::from_secs(10), consumer.next())
+            .await
+            .unwrap_or_else(|_| panic!("{queue}: only {} of {expected} arrived", got.len()));
+        let delivery = next.expect("consumer ended").expect("delivery");
+        got.push(index_of(&delivery.data));
+    }
+    let _ = ch.close(200, "drained".into()).await;
+    got
+}
+
+/// Where every published message ended up.
+#[derive(Debug)]
+pub struct Tally {
+    pub published: usize,
+    /// Distinct indexes answered: republished to `seen` (ok) or parked in `Q@failed`.
+    pub handled: usize,
+    /// Extra copies in `seen`: a message handled more than once.
+    pub duplicates: usize,
+    /// Distinct indexes still in Q or its retry queue and never handled.
+    pub still_queued: usize,
+    /// Handled, yet also still queued: published but not acked.
+    pub handled_and_queued: usize,
+    pub lost: usize,
+}
+
+/// Drains `seen`, `Q@failed`, Q and its retry queue (the host must be stopped) and counts.
+pub async fn tally(conn: &Connection, n: &Names, published: u32) -> Tally {
+    let seen = drain(conn, &n.seen()).await;
+    let parked = drain(conn, &n.failed()).await;
+    let mut queued = drain(conn, &n.q()).await;
+    queued.extend(drain(conn, &n.retry()).await);
+    let mut handled: BTreeMap<u32, usize> = BTreeMap::new();
+    for i in seen.iter().chain(&parked) {
+        assert!(*i < published, "unknown index {i}");
+        *handled.entry(*i).or_default() += 1;
+    }
+    let queued: std::collections::BTreeSet<u32> = queued.into_iter().collect();
+    let still_queued = queued.iter().filter(|i| !handled.contains_key(i)).count();
+    let handled_and_queued = queued.len() - still_queued;
+    let lost = (0..published)
+        .filter(|i| !handled.contains_key(i) && !queued.contains(i))
+        .count();
+    Tally {
+        published: published as usize,
+        handled: handled.len(),
+        duplicates: handled.values().map(|c| c - 1).sum(),
+        still_queued,
+        handled_and_queued,
+        lost,
+    }
+}
+
+impl Tally {
+    pub fn assert_nothing_lost(&self) {
+        assert_eq!(self.lost, 0, "{self:?}");
+        assert_eq!(self.published, self.handled + self.still_queued, "{self:?}");
+    }
+}
+
+/// The real binary, logging JSON to a file; killed (SIGKILL) if still running when dropped.
+pub struct Host {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Host {
+    pub fn start(dir: &Path, run: u32) -> Host {
+        let log = dir.join(format!("host-{run}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(BIN)
+            .args(["--log-format", "json", "run", "-c"])
+            .arg(dir.join("worker.toml"))
+            .env_remove("WORKER_BROKER_URL")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start worker-host");
+        Host { child, log }
+    }
+
+    /// Sends a signal by name (TERM, INT, ...) with kill(1).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    pub fn kill9(&mut self) {
+        self.child.kill().expect("kill -9");
+        self.child.wait().expect("reap");
+    }
+
+    pub async fn exit_within(&mut self, timeout: Duration) -> ExitStatus {
+        let child = &mut self.child;
+        common::eventually(timeout, "worker-host to exit", || {
+            let done = child.try_wait().expect("try_wait");
+            async move { done }
+        })
+        .await
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
+        common::eventually(timeout, &format!("{needle:?} in the host log"), || {
+            let found = self.log().contains(needle);
+            async move { found.then_some(()) }
+        })
+        .await
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() || std::env::var_os("WORKER_TEST_HOST_LOGS").is_some() {
+            eprintln!(
+                "---- worker-host log {} ----\n{}",
+                self.log.display(),
+                self.log()
+            );
+        }
+    }
+}
+
+/// Waits until `queue` holds at least `at_least` messages; returns how many.
+pub async fn wait_depth(conn: &Connection, queue: &str, at_least: u32, timeout: Duration) -> u32 {
+    common::eventually(
+        timeout,
+        &format!("{at_least} messages in {queue}"),
+        || async {
+            let d = depth(conn, queue).await;
+            (d >= at_least).then_some(d)
+        },
+    )
+    .await
+}
+
+/// Waits until Q is empty and `seen` holds at least `total` (copies included): the host has
+/// taken everything; what it still holds is finished by the drain on SIGTERM.
+pub async fn wait_all_taken(conn: &Connection, n: &Names, total: u32, timeout: Duration) {
+    common::eventually(timeout, "every message taken", || async {
+        let done = depth(conn, &n.q()).await == 0 && depth(conn, &n.seen()).await >= total;
+        done.then_some(())
+    })
+    .await
+}
+
+/// A free local port: bind port 0, note it, let it go.
+pub fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("local addr")
+}
+
+/// GET over a plain TCP stream: (status, body), or None when nothing answers.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let (_, body) = text.split_once("\r\n\r\n")?;
+    Some((status, body.to_string()))
+}
+
+pub async fn wait_status(addr: SocketAddr, path: &str, status: u16, timeout: Duration) {
+    common::eventually(
+        timeout,
+        &format!("GET {path} answering {status}"),
+        || async { (http_get(addr, path).await?.0 == status).then_some(()) },
+    )
+    .await
+}
+
+pub async fn rabbitmqctl(args: &[&str]) -> String {
+    let out = tokio::process::Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .await
+        .expect("run rabbitmqctl");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Stops the RabbitMQ application (the node stays up; durable queues and persistent messages
+/// survive) and makes sure it is started again, even when the test fails.
+pub struct BrokerDown {
+    pub up: bool,
+}
+
+impl BrokerDown {
+    pub async fn stop() -> BrokerDown {
+        rabbitmqctl(&["stop_app"]).await;
+        BrokerDown { up: false }
+    }
+
+    pub async fn start(mut self) {
+        rabbitmqctl(&["start_app"]).await;
+        rabbitmqctl(&["await_startup"]).await;
+        self.up = true;
+    }
+}
+
+impl Drop for BrokerDown {
+    fn drop(&mut self) {
+        if !self.up {
+            let _ = Command::new("rabbitmqctl").arg("start_app").status();
+            let _ = Command::new("rabbitmqctl").arg("await_startup").status();
+        }
+    }
+}
