@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # Runs every test: starts (or installs) RabbitMQ, builds the example plugins from source
 # (installing the wasm toolchain when missing), then the workspace's unit, doc and integration
-# tests and the plugins' own native tests.
+# tests, the tests that restart RabbitMQ (alone), the new-plugin template, and the plugins' own
+# native tests. Ends with one line counting every test run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/broker.sh
 
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# Runs a step, keeping its output for the final count.
+step() {
+  echo "== $1"
+  shift
+  "$@" 2>&1 | tee -a "$log"
+}
+
 ensure_broker
-echo "== building plugins from source"
-scripts/build-plugins.sh
-echo "== host and SDK tests (unit, doc, integration against RabbitMQ)"
-cargo test --workspace --locked -- --skip broker_restart_
-echo "== tests that restart RabbitMQ (alone, one at a time)"
-cargo test --locked -p worker-host --test integration broker_restart_ -- --test-threads=1
-echo "== the new-plugin template builds and passes its test"
-scripts/new-plugin.sh --check
-echo "== plugins' native tests"
-cargo test --locked --manifest-path plugins/Cargo.toml
+step "building plugins from source" scripts/build-plugins.sh
+step "host and SDK tests (unit, doc, integration against RabbitMQ)" \
+  cargo test --workspace --locked -- --skip broker_restart_
+step "tests that restart RabbitMQ (alone, one at a time)" \
+  cargo test --locked -p worker-host --test integration broker_restart_ -- --test-threads=1
+step "the new-plugin template builds and passes its test" scripts/new-plugin.sh --check
+step "plugins' native tests" cargo test --locked --manifest-path plugins/Cargo.toml
+
+awk '/^test result:/ { p += $4; f += $6 } END { printf "all tests: %d passed, %d failed\n", p, f }' "$log"

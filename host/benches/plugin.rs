@@ -27,6 +27,18 @@ fn input(body: Vec<u8>) -> Arc<Input> {
     })
 }
 
+/// The 1 KiB JSON object of throughput scenario (d).
+fn json_1k() -> Vec<u8> {
+    let mut s = String::from("{\"id\": 12345, \"name\": \"ada lovelace\", \"tags\": [");
+    let mut i = 0;
+    while s.len() < 1000 {
+        s.push_str(&format!("\"tag-{i}\","));
+        i += 1;
+    }
+    s.push_str("\"end\"]}");
+    s.into_bytes()
+}
+
 fn per_message(c: &mut Criterion) {
     let runtime = Runtime::new(&RuntimeConfig {
         max_instances: 16,
@@ -52,6 +64,12 @@ fn per_message(c: &mut Criterion) {
     let wasi = runtime
         .load_bytes("wasi.wasm", &fixture("wasi"))
         .expect("wasi loads");
+    // The SDK plugin of throughput scenario (d), when built (scripts/build-plugins.sh).
+    let sdk_path = format!("{}/../plugins/user_monitor.wasm", env!("CARGO_MANIFEST_DIR"));
+    let user_monitor = std::fs::read(&sdk_path)
+        .ok()
+        .map(|bytes| runtime.load_bytes("user_monitor.wasm", &bytes).expect("user_monitor loads"));
+    let json = input(json_1k());
     let empty = input(Vec::new());
     let kib = input(vec![7u8; 1024]);
 
@@ -79,6 +97,19 @@ fn per_message(c: &mut Criterion) {
             inv
         })
     });
+    // Scenario (d) of the throughput bench in isolation: SDK start-up, config, serde_json
+    // parse of a 1 KiB object, one formatted log line.
+    if let Some(user_monitor) = &user_monitor {
+        group.bench_function("sdk_user_monitor_1k_json", |b| {
+            b.to_async(&rt).iter(|| async {
+                let inv = user_monitor.handle(json.clone(), &limits).await;
+                debug_assert_eq!(inv.answer, Ok(Answer::Ok));
+                inv
+            })
+        });
+    } else {
+        eprintln!("{sdk_path} is missing (scripts/build-plugins.sh): skipping the SDK case");
+    }
     group.finish();
 
     // The alternative design (sync calls on the blocking pool) pays at least

@@ -44,7 +44,7 @@ const RETRY_ONCE_WAT: &str = r#"(module
 struct Args {
     messages: u64,
     runs: usize,
-    /// Scenarios to run (letters of a, A, b, c, d; `A` is a' and the batched-ack bare consumer).
+    /// Scenarios to run: letters of `aAbcdi` (`A`: a' and the batched-ack bare consumer; `i`: idle RSS).
     only: String,
 }
 
@@ -52,7 +52,7 @@ fn args() -> Args {
     let mut a = Args {
         messages: 20_000,
         runs: 3,
-        only: "aAbcd".into(),
+        only: "aAbcdi".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -145,7 +145,7 @@ async fn bench(args: Args) {
     if peak_rss > 0 {
         println!("worker-host peak RSS under load: {:.1} MiB", peak_rss as f64 / 1048576.0);
     }
-    if on('i') || args.only == "aAbcd" {
+    if on('i') {
         let idle = idle_rss(&host_bin, 8).await;
         println!("worker-host RSS with 8 idle subscriptions: {:.1} MiB", idle as f64 / 1048576.0);
     }
@@ -202,8 +202,23 @@ async fn declare(ch: &Channel, queue: &str) {
     .expect("declare");
 }
 
-/// (a) and (a'): a bare consumer of a pre-filled queue; msgs/s from first delivery to last ack.
-async fn bare(n: u64, body: &[u8], current_thread: bool, republish: bool) -> f64 {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bare {
+    /// (a): a task per delivery on the multi-thread runtime, each acking its own delivery.
+    TaskPerDelivery,
+    /// (a): the same loop on a current-thread runtime.
+    CurrentThread,
+    /// (a'): a task per delivery that republishes with a confirm, then acks.
+    Republish,
+    /// For reference only: no tasks, one `multiple=true` ack whenever the stream has nothing
+    /// ready (or every half prefetch).
+    BatchedAcks,
+}
+
+/// (a), (a') and (a+): a bare consumer of a pre-filled queue; msgs/s from first delivery to last ack.
+async fn bare(n: u64, body: &[u8], kind: Bare) -> f64 {
+    use futures_util::FutureExt as _;
+    let republish = kind == Bare::Republish;
     let queue = unique("bench-bare");
     let conn = connect().await;
     let ch = conn.create_channel().await.expect("channel");
@@ -229,6 +244,35 @@ async fn bare(n: u64, body: &[u8], current_thread: bool, republish: bool) -> f64
         let all = Arc::new(tokio::sync::Notify::new());
         let mut started = None;
         let mut taken = 0;
+        if kind == Bare::BatchedAcks {
+            let (mut last, mut unacked) = (0u64, 0u16);
+            while taken < n {
+                let next = match consumer.next().now_or_never() {
+                    Some(next) => next,
+                    None => {
+                        if unacked > 0 {
+                            ch.basic_ack(last, BasicAckOptions { multiple: true }).await.expect("ack");
+                            unacked = 0;
+                        }
+                        consumer.next().await
+                    }
+                };
+                let Some(Ok(delivery)) = next else { break };
+                started.get_or_insert_with(Instant::now);
+                taken += 1;
+                last = delivery.delivery_tag;
+                unacked += 1;
+                if unacked >= PREFETCH / 2 {
+                    ch.basic_ack(last, BasicAckOptions { multiple: true }).await.expect("ack");
+                    unacked = 0;
+                }
+            }
+            if unacked > 0 {
+                ch.basic_ack(last, BasicAckOptions { multiple: true }).await.expect("ack");
+            }
+            done.store(n, Ordering::Release);
+            all.notify_one();
+        }
         while taken < n {
             let Some(Ok(delivery)) = consumer.next().await else { break };
             started.get_or_insert_with(Instant::now);
@@ -254,7 +298,7 @@ async fn bare(n: u64, body: &[u8], current_thread: bool, republish: bool) -> f64
         let _ = conn.close(200, "bye".into()).await;
         n as f64 / secs
     };
-    let rate = if current_thread {
+    let rate = if kind == Bare::CurrentThread {
         std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -376,9 +420,34 @@ async fn wait_ready(addr: &str) {
     }
 }
 
+/// `perf record` attached to the measured host when `WORKER_BENCH_PERF` names an output prefix
+/// (`<prefix>-<scenario>.data`); extra options in `WORKER_BENCH_PERF_ARGS`
+/// (default `-F 999 -g`). Stopped with SIGINT so it writes a complete file.
+fn start_perf(pid: u32, scenario: char) -> Option<Child> {
+    let prefix = std::env::var("WORKER_BENCH_PERF").ok()?;
+    let extra = std::env::var("WORKER_BENCH_PERF_ARGS").unwrap_or_else(|_| "-F 999 -g".into());
+    let child = Command::new("perf")
+        .arg("record")
+        .args(extra.split_whitespace())
+        .args(["-p", &pid.to_string(), "-o", &format!("{prefix}-{scenario}.data")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("perf record");
+    std::thread::sleep(Duration::from_millis(300)); // let it attach before the count starts
+    Some(child)
+}
+
+fn stop_perf(perf: Option<Child>) {
+    if let Some(mut perf) = perf {
+        let _ = Command::new("kill").args(["-INT", &perf.id().to_string()]).status();
+        let _ = perf.wait();
+    }
+}
+
 /// (b)–(d): the host consumes a pre-filled queue; msgs/s (ok answers) from the first ok seen to
 /// the last, and the host's peak RSS (bytes).
-async fn host(bin: &Path, plugin: Plugin<'_>, n: u64, body: &[u8]) -> (f64, u64) {
+async fn host(bin: &Path, plugin: Plugin<'_>, n: u64, body: &[u8], scenario: char) -> (f64, u64) {
     let prefix = unique("bench-host");
     let queue = format!("{prefix}.q");
     let conn = connect().await;
@@ -391,6 +460,7 @@ async fn host(bin: &Path, plugin: Plugin<'_>, n: u64, body: &[u8]) -> (f64, u64)
     }
     fill(&ch, &queue, n, body).await;
     let host = start_host(bin, &plugin, std::slice::from_ref(&queue), &prefix);
+    let perf = start_perf(host.child.id(), scenario);
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut first: Option<(Instant, u64)> = None;
     let rate = loop {
@@ -407,6 +477,7 @@ async fn host(bin: &Path, plugin: Plugin<'_>, n: u64, body: &[u8]) -> (f64, u64)
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let rss = rss_kib(host.child.id(), "VmHWM:") * 1024;
+    stop_perf(perf);
     drop(host);
     for q in [queue.clone(), format!("{queue}@failed"), format!("{queue}@retry.1ms")] {
         let _ = ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;

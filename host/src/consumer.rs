@@ -1,6 +1,9 @@
 //! One subscription's consumer: prefetch-limited deliveries, `concurrency` handler calls in
 //! flight, and for each message a confirmed republish (retry, failed, plugin publishes) before
-//! the ack. Acks, confirms and handler calls of different messages overlap.
+//! the ack. Acks, confirms and handler calls of different messages overlap; acks go out in
+//! batches (see `acks`).
+
+mod acks;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +17,7 @@ use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
     BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
 };
+use self::acks::Acks;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection};
 use tokio::sync::Semaphore;
@@ -23,7 +27,7 @@ use tracing::{debug, error, warn};
 
 use crate::config::{Exchanges, Subscription};
 use crate::delay::Delayer;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, QueueMetrics};
 use crate::outcome::{self, Decision, Stamp};
 use crate::plugin::{Input, Limits, Meta, Plugin, Publish, PublishPolicy};
 
@@ -42,7 +46,8 @@ pub struct Subscriber {
     policy: Arc<PublishPolicy>,
     limits: Limits,
     delayer: Option<Delayer>,
-    metrics: Arc<Metrics>,
+    metrics: QueueMetrics,
+    batch_acks: bool,
 }
 
 impl Subscriber {
@@ -64,6 +69,7 @@ impl Subscriber {
             timeout: sub.timeout,
             memory_limit: sub.memory_limit,
         };
+        let metrics = metrics.for_queue(&sub.queue);
         Subscriber {
             sub,
             exchanges,
@@ -73,6 +79,7 @@ impl Subscriber {
             limits,
             delayer,
             metrics,
+            batch_acks: std::env::var("WH_BATCH_ACK").map_or(true, |v| v != "0"),
         }
     }
 
@@ -92,10 +99,11 @@ impl Subscriber {
             .basic_qos(self.sub.prefetch, BasicQosOptions::default())
             .await
             .context("setting prefetch")?;
-        let publisher = conn
-            .create_channel()
-            .await
-            .context("opening a publisher channel")?;
+        let publisher = Arc::new(
+            conn.create_channel()
+                .await
+                .context("opening a publisher channel")?,
+        );
         publisher
             .confirm_select(ConfirmSelectOptions::default())
             .await
@@ -114,6 +122,13 @@ impl Subscriber {
 
         let calls = Arc::new(Semaphore::new(self.sub.concurrency as usize));
         let tasks = TaskTracker::new();
+        // Half the prefetch window at most waits for a lower tag to settle (prefetch 0 is
+        // unlimited).
+        let hold_limit = match self.sub.prefetch {
+            0 => 64,
+            p => usize::from(p / 2),
+        };
+        let (acks, ack_task) = Acks::start(channel.clone(), hold_limit);
         // Fired when the publisher channel dies (for example a publish to a missing exchange):
         // this consumer then ends and the service starts it again on fresh channels.
         let broken = CancellationToken::new();
@@ -136,8 +151,12 @@ impl Subscriber {
                     let this = self.clone();
                     let publisher = publisher.clone();
                     let broken = broken.clone();
+                    let acks = acks.clone();
+                    if self.batch_acks {
+                        acks.received(delivery.delivery_tag);
+                    }
                     tasks.spawn(async move {
-                        this.handle(delivery, &publisher, permit).await;
+                        this.handle(delivery, &publisher, &acks, permit).await;
                         if !publisher.status().connected() {
                             broken.cancel();
                         }
@@ -156,6 +175,9 @@ impl Subscriber {
         }
         tasks.close();
         tasks.wait().await;
+        // Every handler has settled: the last acks go out before the channel closes.
+        acks.close();
+        let _ = ack_task.await;
         let _ = channel.close(200, "bye".into()).await;
         let _ = publisher.close(200, "bye".into()).await;
         result
@@ -167,6 +189,7 @@ impl Subscriber {
         &self,
         delivery: Delivery,
         publisher: &Channel,
+        acks: &Acks,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) {
         let started = Instant::now();
@@ -211,7 +234,7 @@ impl Subscriber {
         });
 
         let plugin = self.plugin.load_full();
-        let in_flight = self.metrics.call_started(queue);
+        let in_flight = self.metrics.call_started();
         let invocation = plugin.handle(input.clone(), &self.limits).await;
         drop(in_flight);
         drop(permit);
@@ -258,11 +281,13 @@ impl Subscriber {
 
         match settled {
             Ok(()) => {
-                if let Err(err) = acker.ack(BasicAckOptions::default()).await {
+                if self.batch_acks {
+                    acks.settled(delivery_tag);
+                } else if let Err(err) = acker.ack(BasicAckOptions::default()).await {
                     // The channel is gone: the broker redelivers, which may duplicate the publish.
                     error!(queue, message_id, delivery_tag, "ack failed: {err}");
                 }
-                self.metrics.handled(queue, decision_name(&decision), invocation.elapsed);
+                self.metrics.handled(decision_name(&decision), invocation.elapsed);
                 debug!(queue, message_id, attempt, outcome = decision_name(&decision), elapsed_us = started.elapsed().as_micros() as u64, "handled");
             }
             Err(err) => {
@@ -273,12 +298,16 @@ impl Subscriber {
                 if publisher.status().connected() {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
-                let _ = acker
-                    .nack(BasicNackOptions {
-                        requeue: true,
-                        ..BasicNackOptions::default()
-                    })
-                    .await;
+                if self.batch_acks {
+                    let _ = acks.nack_requeue(delivery_tag).await;
+                } else {
+                    let _ = acker
+                        .nack(BasicNackOptions {
+                            requeue: true,
+                            ..BasicNackOptions::default()
+                        })
+                        .await;
+                }
             }
         }
     }

@@ -105,6 +105,27 @@ impl Metrics {
         InFlight(gauge)
     }
 
+    /// The per-message metrics of `queue`, looked up once so the hot path does no label
+    /// allocation or map lookup.
+    pub fn for_queue(&self, queue: &str) -> QueueMetrics {
+        let label = QueueLabel { queue: queue.to_string() };
+        let outcome = |outcome: &str| {
+            self.messages
+                .get_or_create(&QueueOutcome { queue: queue.to_string(), outcome: outcome.to_string() })
+                .clone()
+        };
+        QueueMetrics {
+            ok: outcome("ok"),
+            retry: outcome("retry"),
+            fail: outcome("fail"),
+            exhausted: outcome("retries-exhausted"),
+            retries: self.retries.get_or_create(&label).clone(),
+            failed: self.failed.get_or_create(&label).clone(),
+            duration: self.duration.get_or_create(&label).clone(),
+            in_flight: self.in_flight.get_or_create(&label).clone(),
+        }
+    }
+
     /// A message was settled with `outcome` after a call of `elapsed`.
     pub fn handled(&self, queue: &str, outcome: &str, elapsed: Duration) {
         let label = QueueLabel { queue: queue.to_string() };
@@ -162,6 +183,50 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// One queue's handles into the families above (each an `Arc` to the same series).
+#[derive(Clone)]
+pub struct QueueMetrics {
+    ok: Counter,
+    retry: Counter,
+    fail: Counter,
+    exhausted: Counter,
+    retries: Counter,
+    failed: Counter,
+    duration: Histogram,
+    in_flight: Gauge,
+}
+
+impl QueueMetrics {
+    /// A handler call starts; the guard ends it.
+    pub fn call_started(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+
+    /// A message was settled with `outcome` (`ok`, `retry`, `fail`, `retries-exhausted`) after
+    /// a call of `elapsed`.
+    pub fn handled(&self, outcome: &str, elapsed: Duration) {
+        self.duration.observe(elapsed.as_secs_f64());
+        match outcome {
+            "ok" => {
+                self.ok.inc();
+            }
+            "retry" => {
+                self.retry.inc();
+                self.retries.inc();
+            }
+            "fail" => {
+                self.fail.inc();
+                self.failed.inc();
+            }
+            _ => {
+                self.exhausted.inc();
+                self.failed.inc();
+            }
+        }
     }
 }
 

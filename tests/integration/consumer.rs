@@ -260,3 +260,27 @@ async fn quorum_subscription_works() {
     assert!(err.to_string().contains("x-queue-type"), "{err}");
     n.cleanup(&[]).await;
 }
+
+/// A seed-style publisher counts retries in `x-death` only: its count is taken as calls made.
+#[tokio::test]
+async fn x_death_of_a_seed_retry_queue_counts_as_calls_made() {
+    let n = Names::new("xdeath");
+    let (svc, _conn, ch) = start(&n, "max_retries = 2\nretry_delays = [\"200ms\"]").await;
+    let mut death = FieldTable::default();
+    death.insert("queue".into(), outcome::text(&format!("{}@retry", n.q())));
+    death.insert("count".into(), lapin::types::AMQPValue::LongLongInt(2));
+    death.insert("reason".into(), outcome::text("expired"));
+    let mut h = FieldTable::default();
+    h.insert(
+        "x-death".into(),
+        lapin::types::AMQPValue::FieldArray(vec![lapin::types::AMQPValue::FieldTable(death)].into()),
+    );
+    // Two calls already made, so this is call 3 = max_retries + 1: a retry parks it.
+    common::publish(&ch, &n.master(), &n.q(), b"r0", BasicProperties::default().with_headers(h)).await;
+    let got = wait_get(&ch, &n.failed(), Duration::from_secs(10)).await;
+    let h = headers_of(&got);
+    assert_eq!(h["worker-failed-reason"], "retries-exhausted");
+    assert_eq!(h["worker-attempts"], "3");
+    svc.stop().await;
+    n.cleanup(&[]).await;
+}

@@ -64,8 +64,11 @@ impl Runtime {
             .max_memory_size(max_memory)
             // Reset small memories with memset instead of madvise: cheaper for
             // the typical plugin that touches a few pages per message.
-            .linear_memory_keep_resident(64 * 1024)
+            .linear_memory_keep_resident(std::env::var("WH_KEEP_RESIDENT").ok().and_then(|v| v.parse().ok()).unwrap_or(64 * 1024))
             .table_keep_resident(16 * 1024);
+        if std::env::var("WH_PAGEMAP").is_ok_and(|v| v == "1") {
+            pool.pagemap_scan(wasmtime::Enabled::Auto);
+        }
 
         let mut config = Config::new();
         config
