@@ -9,7 +9,9 @@ fn root() -> PathBuf {
 
 fn worker_host(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_worker-host"));
-    cmd.args(args).current_dir(root()).env_remove("WORKER_BROKER_URL");
+    cmd.args(args)
+        .current_dir(root())
+        .env_remove("WORKER_BROKER_URL");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -24,7 +26,10 @@ fn text(out: &Output) -> (String, String) {
 }
 
 fn assert_no_panic(stderr: &str) {
-    assert!(!stderr.contains("panicked"), "a panic reached the user:\n{stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "a panic reached the user:\n{stderr}"
+    );
     assert!(!stderr.contains("RUST_BACKTRACE"), "{stderr}");
 }
 
@@ -34,7 +39,12 @@ fn check_accepts_the_example_config_and_compiles_its_plugins() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("worker.toml: ok"), "{stdout}");
-    for plugin in ["user_monitor.wasm", "order_close.wasm", "flaky.wasm", "c_echo.wasm"] {
+    for plugin in [
+        "user_monitor.wasm",
+        "order_close.wasm",
+        "flaky.wasm",
+        "c_echo.wasm",
+    ] {
         assert!(stdout.contains(&format!("plugin {plugin} ok")), "{stdout}");
     }
 }
@@ -57,7 +67,11 @@ fn check_rejects_each_bad_config_with_its_message() {
         assert_eq!(out.status.code(), Some(1), "{}:\n{stderr}", path.display());
         assert_no_panic(&stderr);
         for line in expected.lines().filter(|l| !l.trim().is_empty()) {
-            assert!(stderr.contains(line.trim()), "{}: expected {line:?} in:\n{stderr}", path.display());
+            assert!(
+                stderr.contains(line.trim()),
+                "{}: expected {line:?} in:\n{stderr}",
+                path.display()
+            );
         }
     }
     assert!(cases >= 20, "only {cases} bad configs found");
@@ -81,8 +95,14 @@ fn check_names_a_bad_plugin_file_and_the_problem() {
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_no_panic(&stderr);
-    assert!(stderr.contains("bad.wasm") && stderr.contains("not a WebAssembly module"), "{stderr}");
-    assert!(stderr.contains("nomarker.wasm") && stderr.contains("worker_abi_v1"), "both plugins reported: {stderr}");
+    assert!(
+        stderr.contains("bad.wasm") && stderr.contains("not a WebAssembly module"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("nomarker.wasm") && stderr.contains("worker_abi_v1"),
+        "both plugins reported: {stderr}"
+    );
 }
 
 #[test]
@@ -90,7 +110,13 @@ fn topology_prints_the_plan_without_a_broker() {
     let out = worker_host(&["topology", "-c", "worker.toml"], &[]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    for needle in ["master.retry", "ucenter@user@failed", "ucenter@user@retry.1s", "order.delay.queue", "worker.delay.1s"] {
+    for needle in [
+        "master.retry",
+        "ucenter@user@failed",
+        "ucenter@user@retry.1s",
+        "order.delay.queue",
+        "worker.delay.1s",
+    ] {
         assert!(stdout.contains(needle), "{needle} missing from:\n{stdout}");
     }
 }
@@ -100,14 +126,34 @@ fn an_unreachable_broker_exits_2_with_a_clear_line() {
     let env = [("WORKER_BROKER_URL", "amqp://guest:guest@127.0.0.1:1/%2f")];
     for args in [
         &["topology", "-c", "worker.toml", "--apply"][..],
-        &["failed", "list", "-c", "worker.toml", "--queue", "ucenter@user"],
-        &["publish", "-c", "worker.toml", "--exchange", "master", "--routing-key", "k", "--body", "x"],
+        &[
+            "failed",
+            "list",
+            "-c",
+            "worker.toml",
+            "--queue",
+            "ucenter@user",
+        ],
+        &[
+            "publish",
+            "-c",
+            "worker.toml",
+            "--exchange",
+            "master",
+            "--routing-key",
+            "k",
+            "--body",
+            "x",
+        ],
     ] {
         let out = worker_host(args, &env);
         let (_, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert_no_panic(&stderr);
-        assert!(stderr.contains("cannot reach RabbitMQ"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot reach RabbitMQ"),
+            "{args:?}: {stderr}"
+        );
         assert!(!stderr.contains(":guest@"), "password hidden: {stderr}");
     }
 }
@@ -116,8 +162,27 @@ fn an_unreachable_broker_exits_2_with_a_clear_line() {
 fn user_errors_exit_1() {
     // A delay beyond what [delay] levels allow, an unknown queue, a missing config file.
     let cases: [&[&str]; 3] = [
-        &["publish", "-c", "worker.toml", "--exchange", "master", "--routing-key", "k", "--body", "x", "--delay", "100y"],
-        &["failed", "list", "-c", "worker.toml", "--queue", "no-such-queue"],
+        &[
+            "publish",
+            "-c",
+            "worker.toml",
+            "--exchange",
+            "master",
+            "--routing-key",
+            "k",
+            "--body",
+            "x",
+            "--delay",
+            "100y",
+        ],
+        &[
+            "failed",
+            "list",
+            "-c",
+            "worker.toml",
+            "--queue",
+            "no-such-queue",
+        ],
         &["check", "-c", "no-such-file.toml"],
     ];
     for args in cases {
@@ -127,4 +192,75 @@ fn user_errors_exit_1() {
         assert_no_panic(&stderr);
         assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
     }
+}
+
+/// `publish --delay --header --file` through the delay levels of a running service.
+#[tokio::test]
+async fn publish_with_delay_header_and_file_arrives_after_the_delay() {
+    use std::time::{Duration, Instant};
+    let p = crate::common::unique("clipub");
+    let toml = format!(
+        "[exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
+         [[exchange]]\nname = \"{p}.out\"\ntype = \"topic\"\n\n\
+         [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"#\" }}]\n\n\
+         [delay]\n\n\
+         [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"ok.wasm\"\nbindings = [\"{p}.k\"]\n"
+    );
+    let ok = wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "worker_abi_v1")) (func (export "worker_handle") (result i32) i32.const 0))"#).expect("wat");
+    let svc = crate::common::Service::start(&toml, &[("ok.wasm", &ok)]).await;
+    let (conn, ch) = crate::common::channel().await;
+    crate::common::wait_consuming(&conn, &format!("{p}.q")).await;
+    let config = svc.dir.path().join("worker.toml");
+    let body = svc.dir.path().join("body.json");
+    std::fs::write(&body, br#"{"hello": "later"}"#).expect("body file");
+    let started = Instant::now();
+    let out = worker_host(
+        &[
+            "publish",
+            "-c",
+            config.to_str().expect("utf-8"),
+            "--exchange",
+            &format!("{p}.out"),
+            "--routing-key",
+            "order.timeout",
+            "--delay",
+            "1s",
+            "--header",
+            "tenant=acme",
+            "--file",
+            body.to_str().expect("utf-8"),
+        ],
+        &[("WORKER_BROKER_URL", &crate::common::broker_url())],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("published "), "{stdout}");
+    let got = crate::common::eventually(Duration::from_secs(15), "the delayed message", || async {
+        crate::common::get(&ch, &format!("{p}.seen")).await
+    })
+    .await;
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(1), "not early: {waited:?}");
+    assert_eq!(got.delivery.routing_key.as_str(), "order.timeout");
+    assert_eq!(got.delivery.data, br#"{"hello": "later"}"#);
+    let headers = worker_host::outcome::render_headers(got.delivery.properties.headers().as_ref());
+    assert!(
+        headers.contains(&("tenant".to_string(), "acme".to_string())),
+        "{headers:?}"
+    );
+    assert!(
+        !headers.iter().any(|(k, _)| k.starts_with("x-delay")),
+        "bookkeeping removed: {headers:?}"
+    );
+    svc.stop().await;
+    crate::common::cleanup(
+        &[
+            format!("{p}.q"),
+            format!("{p}.q@failed"),
+            format!("{p}.q@retry.30s"),
+            format!("{p}.seen"),
+        ],
+        &["master", "retry", "failed", "out"].map(|e| format!("{p}.{e}")),
+    )
+    .await;
 }

@@ -197,9 +197,7 @@ pub async fn cleanup(queues: &[String], exchanges: &[String]) {
     let conn = connect().await;
     for q in queues {
         if let Ok(ch) = conn.create_channel().await {
-            let _ = ch
-                .queue_delete(q.as_str().into(), Default::default())
-                .await;
+            let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
         }
     }
     for e in exchanges {
@@ -227,21 +225,25 @@ pub fn init_logs() {
 
 /// Waits until `queue` exists and has a consumer (the service is up and bound).
 pub async fn wait_consuming(conn: &Connection, queue: &str) {
-    eventually(Duration::from_secs(20), &format!("a consumer on {queue}"), || async {
-        let probe = conn.create_channel().await.ok()?;
-        let q = probe
-            .queue_declare(
-                queue.into(),
-                lapin::options::QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                lapin::types::FieldTable::default(),
-            )
-            .await
-            .ok()?;
-        let _ = probe.close(200, "probe".into()).await;
-        (q.consumer_count() > 0).then_some(())
-    })
+    eventually(
+        Duration::from_secs(20),
+        &format!("a consumer on {queue}"),
+        || async {
+            let probe = conn.create_channel().await.ok()?;
+            let q = probe
+                .queue_declare(
+                    queue.into(),
+                    lapin::options::QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    lapin::types::FieldTable::default(),
+                )
+                .await
+                .ok()?;
+            let _ = probe.close(200, "probe".into()).await;
+            (q.consumer_count() > 0).then_some(())
+        },
+    )
     .await;
 }

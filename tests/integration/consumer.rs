@@ -106,7 +106,14 @@ async fn ok_acks_and_publishes_what_the_plugin_asked() {
     let n = Names::new("ok");
     let (svc, _conn, ch) = start(&n, "").await;
     let key = format!("{}.key.created", n.p);
-    common::publish(&ch, &n.master(), &key, b"o hello", props_publishing_to(&n.out())).await;
+    common::publish(
+        &ch,
+        &n.master(),
+        &key,
+        b"o hello",
+        props_publishing_to(&n.out()),
+    )
+    .await;
     let got = wait_get(&ch, &n.seen(), Duration::from_secs(10)).await;
     assert_eq!(got.delivery.data, b"o hello");
     assert_eq!(got.delivery.properties.delivery_mode(), &Some(2));
@@ -142,10 +149,19 @@ async fn fail_parks_with_headers_and_properties() {
     assert_eq!(h["pub-exchange"], n.out(), "own headers kept");
     let props = &got.delivery.properties;
     assert_eq!(props.message_id().as_ref().map(|s| s.as_str()), Some("m-1"));
-    assert_eq!(props.correlation_id().as_ref().map(|s| s.as_str()), Some("c-1"));
-    assert_eq!(props.content_type().as_ref().map(|s| s.as_str()), Some("text/plain"));
+    assert_eq!(
+        props.correlation_id().as_ref().map(|s| s.as_str()),
+        Some("c-1")
+    );
+    assert_eq!(
+        props.content_type().as_ref().map(|s| s.as_str()),
+        Some("text/plain")
+    );
     assert_eq!(props.delivery_mode(), &Some(2));
-    assert!(common::get(&ch, &n.seen()).await.is_none(), "nothing published on fail");
+    assert!(
+        common::get(&ch, &n.seen()).await.is_none(),
+        "nothing published on fail"
+    );
     svc.stop().await;
     n.cleanup(&[]).await;
 }
@@ -153,17 +169,31 @@ async fn fail_parks_with_headers_and_properties() {
 #[tokio::test]
 async fn retries_exhausted_after_the_configured_delays() {
     let n = Names::new("exhaust");
-    let (svc, _conn, ch) = start(&n, "max_retries = 2\nretry_delays = [\"200ms\", \"400ms\"]").await;
+    let (svc, _conn, ch) =
+        start(&n, "max_retries = 2\nretry_delays = [\"200ms\", \"400ms\"]").await;
     let started = Instant::now();
-    common::publish(&ch, &n.master(), &format!("{}.key.x", n.p), b"r0", props_publishing_to(&n.out())).await;
+    common::publish(
+        &ch,
+        &n.master(),
+        &format!("{}.key.x", n.p),
+        b"r0",
+        props_publishing_to(&n.out()),
+    )
+    .await;
     let got = wait_get(&ch, &n.failed(), Duration::from_secs(15)).await;
     let waited = started.elapsed();
     let h = headers_of(&got);
     assert_eq!(h["worker-failed-reason"], "retries-exhausted");
     assert_eq!(h["worker-attempts"], "3");
     assert_eq!(h["worker-error"], "script says no");
-    assert!(waited >= Duration::from_millis(600), "delays 200ms + 400ms respected, took {waited:?}");
-    assert!(common::get(&ch, &n.seen()).await.is_none(), "nothing published on retry");
+    assert!(
+        waited >= Duration::from_millis(600),
+        "delays 200ms + 400ms respected, took {waited:?}"
+    );
+    assert!(
+        common::get(&ch, &n.seen()).await.is_none(),
+        "nothing published on retry"
+    );
     svc.stop().await;
     n.cleanup(&[]).await;
 }
@@ -172,11 +202,21 @@ async fn retries_exhausted_after_the_configured_delays() {
 async fn retry_then_ok_publishes_once() {
     let n = Names::new("retryok");
     let (svc, _conn, ch) = start(&n, "max_retries = 5\nretry_delays = [\"200ms\"]").await;
-    common::publish(&ch, &n.master(), &format!("{}.key.x", n.p), b"r3", props_publishing_to(&n.out())).await;
+    common::publish(
+        &ch,
+        &n.master(),
+        &format!("{}.key.x", n.p),
+        b"r3",
+        props_publishing_to(&n.out()),
+    )
+    .await;
     let got = wait_get(&ch, &n.seen(), Duration::from_secs(15)).await;
     assert_eq!(got.delivery.data, b"r3");
     svc.stop().await;
-    assert!(common::get(&ch, &n.seen()).await.is_none(), "published once, on the ok only");
+    assert!(
+        common::get(&ch, &n.seen()).await.is_none(),
+        "published once, on the ok only"
+    );
     assert_eq!(common::depth(&ch, &n.failed()).await, 0);
     n.cleanup(&[]).await;
 }
@@ -196,12 +236,27 @@ async fn a_retry_reaches_only_the_original_queue() {
     let (svc, _conn, ch) = start(&n, &extra).await;
     // Both queues get the message; each retries once (through its own retry queue), then
     // publishes. A retry that leaked to the other queue would publish a third time.
-    common::publish(&ch, &n.master(), &format!("{}.key.x", n.p), b"r2", props_publishing_to(&n.out())).await;
+    common::publish(
+        &ch,
+        &n.master(),
+        &format!("{}.key.x", n.p),
+        b"r2",
+        props_publishing_to(&n.out()),
+    )
+    .await;
     wait_get(&ch, &n.seen(), Duration::from_secs(15)).await;
     wait_get(&ch, &n.seen(), Duration::from_secs(15)).await;
     svc.stop().await;
-    assert!(common::get(&ch, &n.seen()).await.is_none(), "the retry did not reach the other queue");
-    n.cleanup(&[other.clone(), format!("{other}@failed"), format!("{other}@retry.200ms")]).await;
+    assert!(
+        common::get(&ch, &n.seen()).await.is_none(),
+        "the retry did not reach the other queue"
+    );
+    n.cleanup(&[
+        other.clone(),
+        format!("{other}@failed"),
+        format!("{other}@retry.200ms"),
+    ])
+    .await;
 }
 
 #[tokio::test]
@@ -218,13 +273,25 @@ async fn trap_timeout_and_memory_limit_count_as_retry_with_cause() {
         common::publish(&ch, &n.master(), &key, body, BasicProperties::default()).await;
         let got = wait_get(&ch, &n.failed(), Duration::from_secs(15)).await;
         let h = headers_of(&got);
-        assert_eq!(h["worker-failed-reason"], "retries-exhausted", "{body:?} counts as retry");
-        causes.insert(String::from_utf8_lossy(body).into_owned(), h["worker-error"].to_lowercase());
+        assert_eq!(
+            h["worker-failed-reason"], "retries-exhausted",
+            "{body:?} counts as retry"
+        );
+        causes.insert(
+            String::from_utf8_lossy(body).into_owned(),
+            h["worker-error"].to_lowercase(),
+        );
     }
     assert!(causes["t"].contains("unreachable"), "{causes:?}");
-    assert!(causes["l"].contains("timeout") || causes["l"].contains("timed out"), "{causes:?}");
+    assert!(
+        causes["l"].contains("timeout") || causes["l"].contains("timed out"),
+        "{causes:?}"
+    );
     assert!(causes["m"].contains("memory"), "{causes:?}");
-    assert!(causes["x"].contains('7'), "unknown answer code named: {causes:?}");
+    assert!(
+        causes["x"].contains('7'),
+        "unknown answer code named: {causes:?}"
+    );
     svc.stop().await;
     n.cleanup(&[]).await;
 }
@@ -234,7 +301,14 @@ async fn publish_to_an_exchange_not_allowed_is_refused() {
     let n = Names::new("allow");
     let (svc, _conn, ch) = start(&n, "").await;
     // The plugin may publish to `out` only; ask it to publish to master.
-    common::publish(&ch, &n.master(), &format!("{}.key.x", n.p), b"o", props_publishing_to(&n.master())).await;
+    common::publish(
+        &ch,
+        &n.master(),
+        &format!("{}.key.x", n.p),
+        b"o",
+        props_publishing_to(&n.master()),
+    )
+    .await;
     let got = wait_get(&ch, &n.failed(), Duration::from_secs(10)).await;
     assert_eq!(headers_of(&got)["worker-error"], "publish refused");
     svc.stop().await;
@@ -244,7 +318,11 @@ async fn publish_to_an_exchange_not_allowed_is_refused() {
 #[tokio::test]
 async fn quorum_subscription_works() {
     let n = Names::new("quorum");
-    let (svc, _conn, ch) = start(&n, "queue_type = \"quorum\"\nmax_retries = 1\nretry_delays = [\"200ms\"]").await;
+    let (svc, _conn, ch) = start(
+        &n,
+        "queue_type = \"quorum\"\nmax_retries = 1\nretry_delays = [\"200ms\"]",
+    )
+    .await;
     let key = format!("{}.key.x", n.p);
     common::publish(&ch, &n.master(), &key, b"r2", props_publishing_to(&n.out())).await;
     common::publish(&ch, &n.master(), &key, b"f", BasicProperties::default()).await;
@@ -254,7 +332,14 @@ async fn quorum_subscription_works() {
     // Declaring it as classic now must fail: it really is a quorum queue.
     let probe = _conn.create_channel().await.unwrap();
     let err = probe
-        .queue_declare(n.q().as_str().into(), lapin::options::QueueDeclareOptions { durable: true, ..Default::default() }, FieldTable::default())
+        .queue_declare(
+            n.q().as_str().into(),
+            lapin::options::QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
         .await
         .expect_err("inequivalent x-queue-type");
     assert!(err.to_string().contains("x-queue-type"), "{err}");
@@ -273,10 +358,19 @@ async fn x_death_of_a_seed_retry_queue_counts_as_calls_made() {
     let mut h = FieldTable::default();
     h.insert(
         "x-death".into(),
-        lapin::types::AMQPValue::FieldArray(vec![lapin::types::AMQPValue::FieldTable(death)].into()),
+        lapin::types::AMQPValue::FieldArray(
+            vec![lapin::types::AMQPValue::FieldTable(death)].into(),
+        ),
     );
     // Two calls already made, so this is call 3 = max_retries + 1: a retry parks it.
-    common::publish(&ch, &n.master(), &n.q(), b"r0", BasicProperties::default().with_headers(h)).await;
+    common::publish(
+        &ch,
+        &n.master(),
+        &n.q(),
+        b"r0",
+        BasicProperties::default().with_headers(h),
+    )
+    .await;
     let got = wait_get(&ch, &n.failed(), Duration::from_secs(10)).await;
     let h = headers_of(&got);
     assert_eq!(h["worker-failed-reason"], "retries-exhausted");

@@ -15,7 +15,10 @@ fn plugin(file: &str) -> Vec<u8> {
         .join("../plugins")
         .join(file);
     std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("{}: {e}; build the plugins with scripts/build-plugins.sh", path.display())
+        panic!(
+            "{}: {e}; build the plugins with scripts/build-plugins.sh",
+            path.display()
+        )
     })
 }
 
@@ -25,7 +28,11 @@ fn headers_of(msg: &lapin::message::BasicGetMessage) -> BTreeMap<String, String>
         .collect()
 }
 
-async fn wait_get(ch: &lapin::Channel, queue: &str, timeout: Duration) -> lapin::message::BasicGetMessage {
+async fn wait_get(
+    ch: &lapin::Channel,
+    queue: &str,
+    timeout: Duration,
+) -> lapin::message::BasicGetMessage {
     common::eventually(timeout, &format!("a message in {queue}"), || async {
         common::get(ch, queue).await
     })
@@ -42,7 +49,10 @@ fn topology(p: &str) -> String {
 }
 
 fn exchanges(p: &str) -> Vec<String> {
-    ["master", "retry", "failed", "out"].iter().map(|e| format!("{p}.{e}")).collect()
+    ["master", "retry", "failed", "out"]
+        .iter()
+        .map(|e| format!("{p}.{e}"))
+        .collect()
 }
 
 #[tokio::test]
@@ -54,12 +64,30 @@ async fn user_monitor_acks_events_and_parks_malformed_json() {
          [subscription.config]\ngreeting = \"hi\"\n",
         topology(&p)
     );
-    let svc = Service::start(&toml, &[("user_monitor.wasm", &plugin("user_monitor.wasm"))]).await;
+    let svc = Service::start(
+        &toml,
+        &[("user_monitor.wasm", &plugin("user_monitor.wasm"))],
+    )
+    .await;
     let (conn, ch) = common::channel().await;
     common::wait_consuming(&conn, &q).await;
     let master = format!("{p}.master");
-    common::publish(&ch, &master, "user.created", br#"{"id": 7, "name": "ada"}"#, BasicProperties::default()).await;
-    common::publish(&ch, &master, "user.deleted", b"{not json", BasicProperties::default()).await;
+    common::publish(
+        &ch,
+        &master,
+        "user.created",
+        br#"{"id": 7, "name": "ada"}"#,
+        BasicProperties::default(),
+    )
+    .await;
+    common::publish(
+        &ch,
+        &master,
+        "user.deleted",
+        b"{not json",
+        BasicProperties::default(),
+    )
+    .await;
     let parked = wait_get(&ch, &format!("{q}@failed"), Duration::from_secs(10)).await;
     assert_eq!(parked.delivery.data, b"{not json");
     let h = headers_of(&parked);
@@ -68,8 +96,20 @@ async fn user_monitor_acks_events_and_parks_malformed_json() {
     assert_eq!(h["worker-plugin"], "user_monitor.wasm");
     svc.stop().await;
     assert_eq!(common::depth(&ch, &q).await, 0, "the good event was acked");
-    assert!(common::get(&ch, &format!("{q}@failed")).await.is_none(), "only the bad one parked");
-    common::cleanup(&[q.clone(), format!("{q}@failed"), format!("{q}@retry.30s"), format!("{p}.seen")], &exchanges(&p)).await;
+    assert!(
+        common::get(&ch, &format!("{q}@failed")).await.is_none(),
+        "only the bad one parked"
+    );
+    common::cleanup(
+        &[
+            q.clone(),
+            format!("{q}@failed"),
+            format!("{q}@retry.30s"),
+            format!("{p}.seen"),
+        ],
+        &exchanges(&p),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -88,14 +128,33 @@ async fn flaky_retries_then_publishes_on_ok() {
         r#"{{"outcome": "retry", "until_attempt": 3, "reason": "not yet",
             "publish": [{{"exchange": "{p}.out", "routing_key": "done", "body": {{"n": 1}}}}]}}"#
     );
-    common::publish(&ch, &format!("{p}.master"), "demo.x", body.as_bytes(), BasicProperties::default()).await;
+    common::publish(
+        &ch,
+        &format!("{p}.master"),
+        "demo.x",
+        body.as_bytes(),
+        BasicProperties::default(),
+    )
+    .await;
     let got = wait_get(&ch, &format!("{p}.seen"), Duration::from_secs(15)).await;
     assert_eq!(got.delivery.routing_key.as_str(), "done");
     assert_eq!(got.delivery.data, br#"{"n":1}"#);
     svc.stop().await;
-    assert!(common::get(&ch, &format!("{p}.seen")).await.is_none(), "published once: only the ok call publishes");
+    assert!(
+        common::get(&ch, &format!("{p}.seen")).await.is_none(),
+        "published once: only the ok call publishes"
+    );
     assert!(common::get(&ch, &format!("{q}@failed")).await.is_none());
-    common::cleanup(&[q.clone(), format!("{q}@failed"), format!("{q}@retry.200ms"), format!("{p}.seen")], &exchanges(&p)).await;
+    common::cleanup(
+        &[
+            q.clone(),
+            format!("{q}@failed"),
+            format!("{q}@retry.200ms"),
+            format!("{p}.seen"),
+        ],
+        &exchanges(&p),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -112,15 +171,38 @@ async fn c_plugin_without_the_sdk_republishes() {
     let mut h = FieldTable::default();
     h.insert("echo-to".into(), outcome::text("echoed"));
     h.insert("echo-exchange".into(), outcome::text(&format!("{p}.out")));
-    common::publish(&ch, &format!("{p}.master"), "echo.1", b"ping", BasicProperties::default().with_headers(h)).await;
-    common::publish(&ch, &format!("{p}.master"), "echo.2", b"", BasicProperties::default()).await;
+    common::publish(
+        &ch,
+        &format!("{p}.master"),
+        "echo.1",
+        b"ping",
+        BasicProperties::default().with_headers(h),
+    )
+    .await;
+    common::publish(
+        &ch,
+        &format!("{p}.master"),
+        "echo.2",
+        b"",
+        BasicProperties::default(),
+    )
+    .await;
     let got = wait_get(&ch, &format!("{p}.seen"), Duration::from_secs(10)).await;
     assert_eq!(got.delivery.data, b"ping");
     assert_eq!(got.delivery.routing_key.as_str(), "echoed");
     let parked = wait_get(&ch, &format!("{q}@failed"), Duration::from_secs(10)).await;
     assert_eq!(headers_of(&parked)["worker-failed-reason"], "fail");
     svc.stop().await;
-    common::cleanup(&[q.clone(), format!("{q}@failed"), format!("{q}@retry.30s"), format!("{p}.seen")], &exchanges(&p)).await;
+    common::cleanup(
+        &[
+            q.clone(),
+            format!("{q}@failed"),
+            format!("{q}@retry.30s"),
+            format!("{p}.seen"),
+        ],
+        &exchanges(&p),
+    )
+    .await;
 }
 
 /// Seed 003 by config and plugins alone: an order is created, waits in the delay queue (a TTL
@@ -148,16 +230,44 @@ async fn seed_order_flow_closes_unpaid_orders_and_releases_stock() {
     let (conn, ch) = common::channel().await;
     common::wait_consuming(&conn, &q).await;
     let started = std::time::Instant::now();
-    common::publish(&ch, &ex, "order.create.order", br#"{"order_id": 42, "status": "unpaid", "sku": "A-1"}"#, BasicProperties::default()).await;
-    common::publish(&ch, &ex, "order.create.order", br#"{"order_id": 43, "status": "paid"}"#, BasicProperties::default()).await;
+    common::publish(
+        &ch,
+        &ex,
+        "order.create.order",
+        br#"{"order_id": 42, "status": "unpaid", "sku": "A-1"}"#,
+        BasicProperties::default(),
+    )
+    .await;
+    common::publish(
+        &ch,
+        &ex,
+        "order.create.order",
+        br#"{"order_id": 43, "status": "paid"}"#,
+        BasicProperties::default(),
+    )
+    .await;
     let release = wait_get(&ch, &stock, Duration::from_secs(15)).await;
-    assert!(started.elapsed() >= Duration::from_secs(1), "waited for the close check");
-    let body: serde_json::Value = serde_json::from_slice(&release.delivery.data).expect("json release");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited for the close check"
+    );
+    let body: serde_json::Value =
+        serde_json::from_slice(&release.delivery.data).expect("json release");
     assert_eq!(body["order_id"], 42, "{body}");
     svc.stop().await;
-    assert!(common::get(&ch, &stock).await.is_none(), "the paid order keeps its stock");
+    assert!(
+        common::get(&ch, &stock).await.is_none(),
+        "the paid order keeps its stock"
+    );
     common::cleanup(
-        &[q.clone(), format!("{q}@failed"), format!("{q}@retry.30s"), stock, delay, format!("{p}.seen")],
+        &[
+            q.clone(),
+            format!("{q}@failed"),
+            format!("{q}@retry.30s"),
+            stock,
+            delay,
+            format!("{p}.seen"),
+        ],
         &[exchanges(&p), vec![ex]].concat(),
     )
     .await;
@@ -182,13 +292,35 @@ async fn plugin_publish_with_a_delay_arrives_after_it() {
             "body": "hello", "delay_ms": 1500}}]}}"#
     );
     let started = std::time::Instant::now();
-    common::publish(&ch, &format!("{p}.master"), "demo.x", body.as_bytes(), BasicProperties::default()).await;
+    common::publish(
+        &ch,
+        &format!("{p}.master"),
+        "demo.x",
+        body.as_bytes(),
+        BasicProperties::default(),
+    )
+    .await;
     let got = wait_get(&ch, &format!("{p}.seen"), Duration::from_secs(15)).await;
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(1500), "not early: {waited:?}");
-    assert!(waited < Duration::from_millis(3500), "about on time: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(1500),
+        "not early: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(3500),
+        "about on time: {waited:?}"
+    );
     assert_eq!(got.delivery.routing_key.as_str(), "later");
     assert_eq!(got.delivery.exchange.as_str(), format!("{p}.out"));
     svc.stop().await;
-    common::cleanup(&[q.clone(), format!("{q}@failed"), format!("{q}@retry.30s"), format!("{p}.seen")], &exchanges(&p)).await;
+    common::cleanup(
+        &[
+            q.clone(),
+            format!("{q}@failed"),
+            format!("{q}@retry.30s"),
+            format!("{p}.seen"),
+        ],
+        &exchanges(&p),
+    )
+    .await;
 }
