@@ -92,7 +92,11 @@ pub async fn connect_once(urls: &[String], name: &str) -> Result<Connection, Unr
         }
     }
     Err(Unreachable {
-        urls: urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(", "),
+        urls: urls
+            .iter()
+            .map(|u| redact(u))
+            .collect::<Vec<_>>()
+            .join(", "),
         last,
     })
 }
@@ -105,7 +109,10 @@ pub async fn connect_forever(urls: &[String], name: &str, backoff: &mut Backoff)
             Ok(conn) => return conn,
             Err(err) => {
                 let wait = backoff.next_delay();
-                warn!("{err}; retrying in {}", humantime::format_duration(round_ms(wait)));
+                warn!(
+                    "{err}; retrying in {}",
+                    humantime::format_duration(round_ms(wait))
+                );
                 tokio::time::sleep(wait).await;
             }
         }

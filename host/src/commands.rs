@@ -52,7 +52,11 @@ async fn check(path: &Path) -> anyhow::Result<()> {
             continue;
         }
         match service::load_plugin(&runtime, &sub.plugin_path).await {
-            Ok(plugin) => println!("plugin {} ok (sha256 {})", plugin.name(), plugin.short_sha()),
+            Ok(plugin) => println!(
+                "plugin {} ok (sha256 {})",
+                plugin.name(),
+                plugin.short_sha()
+            ),
             Err(err) => problems.push(format!("{err:#}")),
         }
     }
@@ -122,12 +126,27 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
         .await?;
     match args.delay {
         Some(delay) => {
-            crate::delay::publish(&config, &channel, &args.exchange, &args.routing_key, &body, props, delay)
-                .await?
+            crate::delay::publish(
+                &config,
+                &channel,
+                &args.exchange,
+                &args.routing_key,
+                &body,
+                props,
+                delay,
+            )
+            .await?
         }
         None => {
-            publish_confirmed(&channel, &args.exchange, &args.routing_key, &body, props, false)
-                .await?
+            publish_confirmed(
+                &channel,
+                &args.exchange,
+                &args.routing_key,
+                &body,
+                props,
+                false,
+            )
+            .await?
         }
     }
     let _ = conn.close(200, "done".into()).await;

@@ -47,7 +47,11 @@ fn main() -> ExitCode {
 /// lapin's own error lines repeat what our errors say, so they are off by default.
 fn init_tracing(format: LogFormat, service: bool) {
     use tracing_subscriber::EnvFilter;
-    let default = if service { "info,lapin=off" } else { "warn,lapin=off" };
+    let default = if service {
+        "info,lapin=off"
+    } else {
+        "warn,lapin=off"
+    };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -66,7 +66,11 @@ struct State {
 }
 
 impl State {
-    async fn new(config: Config, plugins: PluginSet, metrics: Arc<Metrics>) -> anyhow::Result<State> {
+    async fn new(
+        config: Config,
+        plugins: PluginSet,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<State> {
         let delayer = Delayer::from_config(&config)?;
         let mut state = State {
             config,
@@ -157,8 +161,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let admin_cancel = CancellationToken::new();
     let admin = match state.config.admin.as_ref() {
         Some(admin) => Some(
-            crate::admin::serve(admin.listen, metrics.clone(), plugins.clone(), admin_cancel.clone())
-                .await?,
+            crate::admin::serve(
+                admin.listen,
+                metrics.clone(),
+                plugins.clone(),
+                admin_cancel.clone(),
+            )
+            .await?,
         ),
         None => None,
     };

@@ -4,9 +4,9 @@
 mod cli;
 mod common;
 mod consumer;
-mod plugins;
 mod delay;
 mod failed;
+mod plugins;
 mod reload;
 mod service;
 mod topology;
