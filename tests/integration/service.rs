@@ -12,7 +12,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-
 use crate::common::{self, Service};
 
 use support::*;
