@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/broker.sh
+source scripts/rust.sh
 
+ensure_cargo
 ensure_broker
 [ -f plugins/user_monitor.wasm ] || scripts/build-plugins.sh
 cargo build --release --locked -p worker-host

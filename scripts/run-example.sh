@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/broker.sh
+source scripts/rust.sh
 
+ensure_cargo
 ensure_broker
 for wasm in plugins/user_monitor.wasm plugins/order_close.wasm plugins/flaky.wasm; do
   [ -f "$wasm" ] || { scripts/build-plugins.sh; break; }

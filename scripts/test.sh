@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/broker.sh
+source scripts/rust.sh
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -16,6 +17,7 @@ step() {
   "$@" 2>&1 | tee -a "$log"
 }
 
+ensure_cargo
 ensure_broker
 step "building plugins from source" scripts/build-plugins.sh
 step "host and SDK tests (unit, doc, integration against RabbitMQ)" \
