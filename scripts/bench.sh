@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end throughput against the local RabbitMQ, bare lapin vs worker-host in the same run,
 # then the per-message wasm cost (criterion). Arguments go to the throughput bench
-# (--messages N, --runs R).
+# (--messages N, --runs R, --only aAbcdi to pick scenarios). Profiling the host under load:
+#   WORKER_BENCH_PERF=/tmp/host WORKER_BENCH_PERF_ARGS="-F 999 --call-graph dwarf,16384" \
+#     scripts/bench.sh --runs 1 --only bd      # writes /tmp/host-b.data, /tmp/host-d.data
+# Method, figures and findings: docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/broker.sh

@@ -65,10 +65,18 @@ fn per_message(c: &mut Criterion) {
         .load_bytes("wasi.wasm", &fixture("wasi"))
         .expect("wasi loads");
     // The SDK plugin of throughput scenario (d), when built (scripts/build-plugins.sh).
-    let sdk_path = format!("{}/../plugins/user_monitor.wasm", env!("CARGO_MANIFEST_DIR"));
-    let user_monitor = std::fs::read(&sdk_path)
-        .ok()
-        .map(|bytes| runtime.load_bytes("user_monitor.wasm", &bytes).expect("user_monitor loads"));
+    // WORKER_BENCH_SDK_PLUGIN points at another build of it (say, another opt-level).
+    let sdk_path = std::env::var("WORKER_BENCH_SDK_PLUGIN").unwrap_or_else(|_| {
+        format!(
+            "{}/../plugins/user_monitor.wasm",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
+    let user_monitor = std::fs::read(&sdk_path).ok().map(|bytes| {
+        runtime
+            .load_bytes("user_monitor.wasm", &bytes)
+            .expect("user_monitor loads")
+    });
     let json = input(json_1k());
     let empty = input(Vec::new());
     let kib = input(vec![7u8; 1024]);

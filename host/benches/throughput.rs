@@ -4,11 +4,14 @@
 //! (a') the same, republishing each message with a confirm before the ack;
 //! (b) worker-host (the release binary, a separate process) with a plugin that answers ok;
 //! (c) worker-host with every message retried once, then ok;
-//! (d) worker-host with an SDK plugin (user_monitor.wasm) parsing a 1 KiB JSON body.
+//! (d) worker-host with an SDK plugin (user_monitor.wasm) parsing a 1 KiB JSON body;
+//! (a+), for reference only (not the denominator): a bare consumer acking with `multiple=true`,
+//!     the trick worker-host itself uses.
 //! Prints msgs/s, the ratio of each to (a), the host's peak RSS, and its RSS with 8 idle
 //! subscriptions.
 //!
-//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R]`
+//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbcdi]`
+//! (`WORKER_BENCH_PERF`: see `start_perf`)
 //! (scripts/bench.sh builds the binary and plugins first). Run with a quiet machine; only the
 //! ratios within one run are meaningful.
 
@@ -57,7 +60,9 @@ fn args() -> Args {
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "--messages" => a.messages = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.messages),
+            "--messages" => {
+                a.messages = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.messages)
+            }
             "--runs" => a.runs = it.next().and_then(|v| v.parse().ok()).unwrap_or(a.runs),
             "--only" => a.only = it.next().unwrap_or(a.only),
             _ => {} // cargo bench passes --bench
@@ -75,7 +80,9 @@ fn main() {
 async fn connect() -> Connection {
     Connection::connect(URL, ConnectionProperties::default())
         .await
-        .unwrap_or_else(|e| panic!("RabbitMQ not reachable at {URL}: {e}\nstart it with: rabbitmq-server -detached"))
+        .unwrap_or_else(|e| {
+            panic!("RabbitMQ not reachable at {URL}: {e}\nstart it with: rabbitmq-server -detached")
+        })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -93,12 +100,16 @@ async fn bench(args: Args) {
     );
     let user_monitor = root.join("plugins/user_monitor.wasm");
     let n = args.messages;
-    println!("messages per run: {n}, persistent, 256 B bodies (1 KiB JSON for d), prefetch {PREFETCH}, median of {} runs", args.runs);
+    println!(
+        "messages per run: {n}, persistent, 256 B bodies (1 KiB JSON for d), prefetch {PREFETCH}, median of {} runs",
+        args.runs
+    );
 
     let body = vec![b'x'; 256];
     let json = json_body();
     let on = |c: char| args.only.contains(c);
-    let (mut a_mt, mut a_ct, mut a_rep, mut a_multi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut a_mt, mut a_ct, mut a_rep, mut a_multi) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new());
     let mut peak_rss = 0u64;
     for run in 0..args.runs {
@@ -123,7 +134,13 @@ async fn bench(args: Args) {
         }
         eprintln!("run {} done", run + 1);
     }
-    let med = |v: &Vec<f64>| if v.is_empty() { f64::NAN } else { median(v.clone()) };
+    let med = |v: &Vec<f64>| {
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            median(v.clone())
+        }
+    };
     let a = med(&a_mt).max(med(&a_ct));
     println!();
     println!("{:<62} {:>10} {:>8}", "scenario", "msgs/s", "vs (a)");
@@ -132,10 +149,19 @@ async fn bench(args: Args) {
             println!("{name:<62} {v:>10.0} {:>8.2}", v / a)
         }
     };
-    row("(a)  bare lapin, task per delivery, multi-thread", med(&a_mt));
+    row(
+        "(a)  bare lapin, task per delivery, multi-thread",
+        med(&a_mt),
+    );
     row("(a)  bare lapin, current-thread runtime", med(&a_ct));
-    row("(a') bare lapin, republish + confirm, then ack", med(&a_rep));
-    row("(a+) bare lapin, batched acks (multiple=true), for reference", med(&a_multi));
+    row(
+        "(a') bare lapin, republish + confirm, then ack",
+        med(&a_rep),
+    );
+    row(
+        "(a+) bare lapin, batched acks (multiple=true), for reference",
+        med(&a_multi),
+    );
     row("(b)  worker-host, ok plugin (WAT)", med(&b));
     row("(c)  worker-host, retried once then ok", med(&c));
     row("(d)  worker-host, SDK plugin parsing 1 KiB JSON", med(&d));
@@ -143,11 +169,17 @@ async fn bench(args: Args) {
         println!("(c) / (a') = {:.2}", med(&c) / med(&a_rep));
     }
     if peak_rss > 0 {
-        println!("worker-host peak RSS under load: {:.1} MiB", peak_rss as f64 / 1048576.0);
+        println!(
+            "worker-host peak RSS under load: {:.1} MiB",
+            peak_rss as f64 / 1048576.0
+        );
     }
     if on('i') {
         let idle = idle_rss(&host_bin, 8).await;
-        println!("worker-host RSS with 8 idle subscriptions: {:.1} MiB", idle as f64 / 1048576.0);
+        println!(
+            "worker-host RSS with 8 idle subscriptions: {:.1} MiB",
+            idle as f64 / 1048576.0
+        );
     }
 }
 
@@ -164,17 +196,29 @@ fn json_body() -> Vec<u8> {
 
 fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Fills `queue` (default exchange) with `n` persistent messages, confirms pipelined.
 async fn fill(ch: &Channel, queue: &str, n: u64, body: &[u8]) {
-    ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
     let props = BasicProperties::default().with_delivery_mode(2);
     let mut pending = Vec::with_capacity(1000);
     for _ in 0..n {
         let c = ch
-            .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), body, props.clone())
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                body,
+                props.clone(),
+            )
             .await
             .expect("publish");
         pending.push(c);
@@ -233,11 +277,21 @@ async fn bare(n: u64, body: &[u8], kind: Bare) -> f64 {
     let consume = async move {
         let conn = connect().await;
         let ch = conn.create_channel().await.expect("channel");
-        ch.basic_qos(PREFETCH, BasicQosOptions::default()).await.expect("qos");
+        ch.basic_qos(PREFETCH, BasicQosOptions::default())
+            .await
+            .expect("qos");
         let publisher = conn.create_channel().await.expect("channel");
-        publisher.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
+        publisher
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirms");
         let mut consumer = ch
-            .basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
             .await
             .expect("consume");
         let done = Arc::new(AtomicU64::new(0));
@@ -251,7 +305,9 @@ async fn bare(n: u64, body: &[u8], kind: Bare) -> f64 {
                     Some(next) => next,
                     None => {
                         if unacked > 0 {
-                            ch.basic_ack(last, BasicAckOptions { multiple: true }).await.expect("ack");
+                            ch.basic_ack(last, BasicAckOptions { multiple: true })
+                                .await
+                                .expect("ack");
                             unacked = 0;
                         }
                         consumer.next().await
@@ -263,25 +319,38 @@ async fn bare(n: u64, body: &[u8], kind: Bare) -> f64 {
                 last = delivery.delivery_tag;
                 unacked += 1;
                 if unacked >= PREFETCH / 2 {
-                    ch.basic_ack(last, BasicAckOptions { multiple: true }).await.expect("ack");
+                    ch.basic_ack(last, BasicAckOptions { multiple: true })
+                        .await
+                        .expect("ack");
                     unacked = 0;
                 }
             }
             if unacked > 0 {
-                ch.basic_ack(last, BasicAckOptions { multiple: true }).await.expect("ack");
+                ch.basic_ack(last, BasicAckOptions { multiple: true })
+                    .await
+                    .expect("ack");
             }
             done.store(n, Ordering::Release);
             all.notify_one();
         }
         while taken < n {
-            let Some(Ok(delivery)) = consumer.next().await else { break };
+            let Some(Ok(delivery)) = consumer.next().await else {
+                break;
+            };
             started.get_or_insert_with(Instant::now);
             taken += 1;
-            let (done, all, publisher, s) = (done.clone(), all.clone(), publisher.clone(), s.clone());
+            let (done, all, publisher, s) =
+                (done.clone(), all.clone(), publisher.clone(), s.clone());
             tokio::spawn(async move {
                 if republish {
                     publisher
-                        .basic_publish("".into(), s.as_str().into(), BasicPublishOptions::default(), &delivery.data, delivery.properties.clone())
+                        .basic_publish(
+                            "".into(),
+                            s.as_str().into(),
+                            BasicPublishOptions::default(),
+                            &delivery.data,
+                            delivery.properties.clone(),
+                        )
                         .await
                         .expect("publish")
                         .await
@@ -294,7 +363,9 @@ async fn bare(n: u64, body: &[u8], kind: Bare) -> f64 {
             });
         }
         all.notified().await;
-        let secs = started.map(|s| s.elapsed().as_secs_f64()).unwrap_or(f64::NAN);
+        let secs = started
+            .map(|s| s.elapsed().as_secs_f64())
+            .unwrap_or(f64::NAN);
         let _ = conn.close(200, "bye".into()).await;
         n as f64 / secs
     };
@@ -311,8 +382,12 @@ async fn bare(n: u64, body: &[u8], kind: Bare) -> f64 {
     } else {
         tokio::spawn(consume).await.expect("bench task")
     };
-    let _ = ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default()).await;
-    let _ = ch.queue_delete(sink.as_str().into(), QueueDeleteOptions::default()).await;
+    let _ = ch
+        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .await;
+    let _ = ch
+        .queue_delete(sink.as_str().into(), QueueDeleteOptions::default())
+        .await;
     let _ = conn.close(200, "bye".into()).await;
     rate
 }
@@ -348,7 +423,8 @@ fn start_host(bin: &Path, plugin: &Plugin<'_>, queues: &[String], prefix: &str) 
     std::fs::create_dir_all(dir.join("plugins")).expect("dir");
     let bytes = match plugin {
         Plugin::Wat(text) => wat::parse_str(text).expect("wat"),
-        Plugin::File(path) => std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e} (scripts/build-plugins.sh)", path.display())),
+        Plugin::File(path) => std::fs::read(path)
+            .unwrap_or_else(|e| panic!("{}: {e} (scripts/build-plugins.sh)", path.display())),
     };
     std::fs::write(dir.join("plugins/p.wasm"), bytes).expect("plugin");
     let port = free_port();
@@ -358,7 +434,9 @@ fn start_host(bin: &Path, plugin: &Plugin<'_>, queues: &[String], prefix: &str) 
          [defaults]\nprefetch = {PREFETCH}\nconcurrency = 8\nretry_delays = [\"1ms\"]\n"
     );
     for q in queues {
-        toml.push_str(&format!("[[subscription]]\nqueue = \"{q}\"\nplugin = \"p.wasm\"\nbindings = []\n"));
+        toml.push_str(&format!(
+            "[[subscription]]\nqueue = \"{q}\"\nplugin = \"p.wasm\"\nbindings = []\n"
+        ));
     }
     std::fs::write(dir.join("worker.toml"), toml).expect("toml");
     let child = Command::new(bin)
@@ -379,7 +457,9 @@ fn start_host(bin: &Path, plugin: &Plugin<'_>, queues: &[String], prefix: &str) 
 async fn http_get(addr: &str, path: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).await.ok()?;
     Some(out)
@@ -410,10 +490,10 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
 async fn wait_ready(addr: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(r) = http_get(addr, "/readyz").await {
-            if r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200") {
-                return;
-            }
+        if let Some(r) = http_get(addr, "/readyz").await
+            && (r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
+        {
+            return;
         }
         assert!(Instant::now() < deadline, "worker-host not ready after 30s");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -429,7 +509,12 @@ fn start_perf(pid: u32, scenario: char) -> Option<Child> {
     let child = Command::new("perf")
         .arg("record")
         .args(extra.split_whitespace())
-        .args(["-p", &pid.to_string(), "-o", &format!("{prefix}-{scenario}.data")])
+        .args([
+            "-p",
+            &pid.to_string(),
+            "-o",
+            &format!("{prefix}-{scenario}.data"),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
@@ -440,7 +525,9 @@ fn start_perf(pid: u32, scenario: char) -> Option<Child> {
 
 fn stop_perf(perf: Option<Child>) {
     if let Some(mut perf) = perf {
-        let _ = Command::new("kill").args(["-INT", &perf.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-INT", &perf.id().to_string()])
+            .status();
         let _ = perf.wait();
     }
 }
@@ -471,19 +558,34 @@ async fn host(bin: &Path, plugin: Plugin<'_>, n: u64, body: &[u8], scenario: cha
         if done >= n {
             let (t0, c0) = first.expect("set above");
             let secs = t0.elapsed().as_secs_f64();
-            break if secs > 0.0 { (n - c0) as f64 / secs } else { f64::NAN };
+            break if secs > 0.0 {
+                (n - c0) as f64 / secs
+            } else {
+                f64::NAN
+            };
         }
-        assert!(Instant::now() < deadline, "worker-host handled {done}/{n} in 600s");
+        assert!(
+            Instant::now() < deadline,
+            "worker-host handled {done}/{n} in 600s"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let rss = rss_kib(host.child.id(), "VmHWM:") * 1024;
     stop_perf(perf);
     drop(host);
-    for q in [queue.clone(), format!("{queue}@failed"), format!("{queue}@retry.1ms")] {
-        let _ = ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
+    for q in [
+        queue.clone(),
+        format!("{queue}@failed"),
+        format!("{queue}@retry.1ms"),
+    ] {
+        let _ = ch
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
     }
     for e in ["master", "retry", "failed"] {
-        let _ = ch.exchange_delete(format!("{prefix}.{e}").as_str().into(), Default::default()).await;
+        let _ = ch
+            .exchange_delete(format!("{prefix}.{e}").as_str().into(), Default::default())
+            .await;
     }
     let _ = conn.close(200, "bye".into()).await;
     (rate, rss)
@@ -502,11 +604,15 @@ async fn idle_rss(bin: &Path, subs: usize) -> u64 {
     let ch = conn.create_channel().await.expect("channel");
     for q in &queues {
         for name in [q.clone(), format!("{q}@failed"), format!("{q}@retry.1ms")] {
-            let _ = ch.queue_delete(name.as_str().into(), QueueDeleteOptions::default()).await;
+            let _ = ch
+                .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                .await;
         }
     }
     for e in ["master", "retry", "failed"] {
-        let _ = ch.exchange_delete(format!("{prefix}.{e}").as_str().into(), Default::default()).await;
+        let _ = ch
+            .exchange_delete(format!("{prefix}.{e}").as_str().into(), Default::default())
+            .await;
     }
     let _ = conn.close(200, "bye".into()).await;
     rss

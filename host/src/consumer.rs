@@ -8,16 +8,16 @@ mod acks;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use self::acks::Acks;
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
 use futures_util::future::try_join_all;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
-    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions,
 };
-use self::acks::Acks;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection};
 use tokio::sync::Semaphore;
@@ -47,7 +47,6 @@ pub struct Subscriber {
     limits: Limits,
     delayer: Option<Delayer>,
     metrics: QueueMetrics,
-    batch_acks: bool,
 }
 
 impl Subscriber {
@@ -79,7 +78,6 @@ impl Subscriber {
             limits,
             delayer,
             metrics,
-            batch_acks: std::env::var("WH_BATCH_ACK").map_or(true, |v| v != "0"),
         }
     }
 
@@ -152,9 +150,7 @@ impl Subscriber {
                     let publisher = publisher.clone();
                     let broken = broken.clone();
                     let acks = acks.clone();
-                    if self.batch_acks {
-                        acks.received(delivery.delivery_tag);
-                    }
+                    acks.received(delivery.delivery_tag);
                     tasks.spawn(async move {
                         this.handle(delivery, &publisher, &acks, permit).await;
                         if !publisher.status().connected() {
@@ -162,8 +158,14 @@ impl Subscriber {
                         }
                     });
                 }
-                Some(Err(err)) => break Err(anyhow::Error::new(err).context(format!("consuming {queue}"))),
-                None => break Err(anyhow::anyhow!("the broker cancelled the consumer of {queue}")),
+                Some(Err(err)) => {
+                    break Err(anyhow::Error::new(err).context(format!("consuming {queue}")));
+                }
+                None => {
+                    break Err(anyhow::anyhow!(
+                        "the broker cancelled the consumer of {queue}"
+                    ));
+                }
             }
         };
         // Stop new deliveries; what was prefetched but not started goes back when the channel
@@ -200,7 +202,7 @@ impl Subscriber {
             redelivered,
             properties,
             data,
-            acker,
+            // Unused: acks go through `acks`, on the consumer channel.
             ..
         } = delivery;
         let sub = &*self.sub;
@@ -212,7 +214,10 @@ impl Subscriber {
             original_routing_key: outcome::original_routing_key(headers, routing_key.as_str()),
             exchange: exchange.as_str().to_string(),
             queue: queue.to_string(),
-            message_id: properties.message_id().as_ref().map(|s| s.as_str().to_string()),
+            message_id: properties
+                .message_id()
+                .as_ref()
+                .map(|s| s.as_str().to_string()),
             correlation_id: properties
                 .correlation_id()
                 .as_ref()
@@ -248,7 +253,10 @@ impl Subscriber {
         );
         let message_id = input.meta.message_id.as_deref().unwrap_or("");
         let settled = match &decision {
-            Decision::Ack => self.send_publishes(publisher, &input, invocation.publishes).await,
+            Decision::Ack => {
+                self.send_publishes(publisher, &input, invocation.publishes)
+                    .await
+            }
             Decision::Retry { retry, cause } => {
                 let delay = sub.delay_for_retry(*retry);
                 warn!(queue, message_id, attempt, plugin = %plugin.short_sha(), delay = %delay.text, cause = %cause, "retry");
@@ -262,7 +270,15 @@ impl Subscriber {
                 };
                 let props = republished(&properties, &stamp);
                 let key = sub.retry_queue_name(delay);
-                publish_confirmed(publisher, &self.exchanges.retry, &key, &input.body, props, true).await
+                publish_confirmed(
+                    publisher,
+                    &self.exchanges.retry,
+                    &key,
+                    &input.body,
+                    props,
+                    true,
+                )
+                .await
             }
             Decision::Park { reason, cause } => {
                 warn!(queue, message_id, attempt, plugin = %plugin.short_sha(), reason = reason.as_str(), cause = %cause, "parked in {}", sub.failed_queue());
@@ -275,38 +291,49 @@ impl Subscriber {
                     failed: Some(*reason),
                 };
                 let props = republished(&properties, &stamp);
-                publish_confirmed(publisher, &self.exchanges.failed, queue, &input.body, props, true).await
+                publish_confirmed(
+                    publisher,
+                    &self.exchanges.failed,
+                    queue,
+                    &input.body,
+                    props,
+                    true,
+                )
+                .await
             }
         };
 
         match settled {
             Ok(()) => {
-                if self.batch_acks {
-                    acks.settled(delivery_tag);
-                } else if let Err(err) = acker.ack(BasicAckOptions::default()).await {
-                    // The channel is gone: the broker redelivers, which may duplicate the publish.
-                    error!(queue, message_id, delivery_tag, "ack failed: {err}");
-                }
-                self.metrics.handled(decision_name(&decision), invocation.elapsed);
-                debug!(queue, message_id, attempt, outcome = decision_name(&decision), elapsed_us = started.elapsed().as_micros() as u64, "handled");
+                // Acked soon, possibly with others (see `acks`); never before this point.
+                acks.settled(delivery_tag);
+                self.metrics
+                    .handled(decision_name(&decision), invocation.elapsed);
+                debug!(
+                    queue,
+                    message_id,
+                    attempt,
+                    outcome = decision_name(&decision),
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "handled"
+                );
             }
             Err(err) => {
-                error!(queue, message_id, attempt, "not acked, the broker will redeliver: {err:#}");
+                error!(
+                    queue,
+                    message_id, attempt, "not acked, the broker will redeliver: {err:#}"
+                );
                 // Back off a little so a broken route does not spin; requeue for another try.
                 // With the channel gone there is nothing to nack: the broker requeues it, and
                 // waiting would only hold up the reconnect.
                 if publisher.status().connected() {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
-                if self.batch_acks {
-                    let _ = acks.nack_requeue(delivery_tag).await;
-                } else {
-                    let _ = acker
-                        .nack(BasicNackOptions {
-                            requeue: true,
-                            ..BasicNackOptions::default()
-                        })
-                        .await;
+                if let Err(err) = acks.nack_requeue(delivery_tag).await {
+                    debug!(
+                        queue,
+                        message_id, delivery_tag, "nack failed (the channel is gone): {err}"
+                    );
                 }
             }
         }
@@ -324,7 +351,12 @@ impl Subscriber {
         }
         let sends = publishes.iter().map(|p| {
             let mut props = BasicProperties::default().with_delivery_mode(PERSISTENT);
-            if let Some(id) = input.meta.correlation_id.as_deref().or(input.meta.message_id.as_deref()) {
+            if let Some(id) = input
+                .meta
+                .correlation_id
+                .as_deref()
+                .or(input.meta.message_id.as_deref())
+            {
                 props = props.with_correlation_id(id.into());
             }
             let delayer = self.delayer.as_ref();
@@ -335,10 +367,25 @@ impl Subscriber {
                         anyhow::bail!("delayed publish without [delay]");
                     };
                     return delayer
-                        .publish(publisher, &p.exchange, &p.routing_key, &p.body, props, delay)
+                        .publish(
+                            publisher,
+                            &p.exchange,
+                            &p.routing_key,
+                            &p.body,
+                            props,
+                            delay,
+                        )
                         .await;
                 }
-                publish_confirmed(publisher, &p.exchange, &p.routing_key, &p.body, props, false).await
+                publish_confirmed(
+                    publisher,
+                    &p.exchange,
+                    &p.routing_key,
+                    &p.body,
+                    props,
+                    false,
+                )
+                .await
             }
         });
         try_join_all(sends).await.map(|_| ())
@@ -376,9 +423,19 @@ pub async fn publish_confirmed(
             properties,
         )
         .await
-        .map_err(|e| anyhow::anyhow!("publishing to {exchange:?} with key {routing_key:?}: {}", crate::broker::describe(&e)))?
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "publishing to {exchange:?} with key {routing_key:?}: {}",
+                crate::broker::describe(&e)
+            )
+        })?
         .await
-        .map_err(|e| anyhow::anyhow!("publishing to {exchange:?}: {}", crate::broker::describe(&e)))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "publishing to {exchange:?}: {}",
+                crate::broker::describe(&e)
+            )
+        })?;
     match confirm {
         Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
         Confirmation::Ack(Some(_)) => {

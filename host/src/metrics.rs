@@ -68,20 +68,49 @@ impl Metrics {
         let messages = Family::<QueueOutcome, Counter>::default();
         let retries = Family::<QueueLabel, Counter>::default();
         let failed = Family::<QueueLabel, Counter>::default();
-        let duration =
-            Family::<QueueLabel, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram);
+        let duration = Family::<QueueLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+            duration_histogram,
+        );
         let in_flight = Family::<QueueLabel, Gauge>::default();
         let reloads = Family::<ResultLabel, Counter>::default();
         let connected = Gauge::default();
         let plugin_info = Family::<PluginLabel, Gauge>::default();
-        registry.register("messages", "Messages handled, by queue and outcome", messages.clone());
-        registry.register("retries", "Messages sent round a retry queue", retries.clone());
-        registry.register("failed", "Messages parked in <queue>@failed", failed.clone());
-        registry.register("handler_duration_seconds", "Wall-clock time of one handler call", duration.clone());
+        registry.register(
+            "messages",
+            "Messages handled, by queue and outcome",
+            messages.clone(),
+        );
+        registry.register(
+            "retries",
+            "Messages sent round a retry queue",
+            retries.clone(),
+        );
+        registry.register(
+            "failed",
+            "Messages parked in <queue>@failed",
+            failed.clone(),
+        );
+        registry.register(
+            "handler_duration_seconds",
+            "Wall-clock time of one handler call",
+            duration.clone(),
+        );
         registry.register("in_flight", "Handler calls running now", in_flight.clone());
-        registry.register("plugin_reloads", "Plugin reloads by result", reloads.clone());
-        registry.register("broker_connected", "1 while connected to RabbitMQ", connected.clone());
-        registry.register("plugin_info", "The plugin versions serving now", plugin_info.clone());
+        registry.register(
+            "plugin_reloads",
+            "Plugin reloads by result",
+            reloads.clone(),
+        );
+        registry.register(
+            "broker_connected",
+            "1 while connected to RabbitMQ",
+            connected.clone(),
+        );
+        registry.register(
+            "plugin_info",
+            "The plugin versions serving now",
+            plugin_info.clone(),
+        );
         Metrics {
             registry,
             messages,
@@ -98,20 +127,18 @@ impl Metrics {
         }
     }
 
-    /// A handler call starts; the guard ends it.
-    pub fn call_started(&self, queue: &str) -> InFlight {
-        let gauge = self.in_flight.get_or_create(&QueueLabel { queue: queue.to_string() }).clone();
-        gauge.inc();
-        InFlight(gauge)
-    }
-
     /// The per-message metrics of `queue`, looked up once so the hot path does no label
     /// allocation or map lookup.
     pub fn for_queue(&self, queue: &str) -> QueueMetrics {
-        let label = QueueLabel { queue: queue.to_string() };
+        let label = QueueLabel {
+            queue: queue.to_string(),
+        };
         let outcome = |outcome: &str| {
             self.messages
-                .get_or_create(&QueueOutcome { queue: queue.to_string(), outcome: outcome.to_string() })
+                .get_or_create(&QueueOutcome {
+                    queue: queue.to_string(),
+                    outcome: outcome.to_string(),
+                })
                 .clone()
         };
         QueueMetrics {
@@ -126,24 +153,6 @@ impl Metrics {
         }
     }
 
-    /// A message was settled with `outcome` after a call of `elapsed`.
-    pub fn handled(&self, queue: &str, outcome: &str, elapsed: Duration) {
-        let label = QueueLabel { queue: queue.to_string() };
-        self.messages
-            .get_or_create(&QueueOutcome { queue: queue.to_string(), outcome: outcome.to_string() })
-            .inc();
-        self.duration.get_or_create(&label).observe(elapsed.as_secs_f64());
-        match outcome {
-            "retry" => {
-                self.retries.get_or_create(&label).inc();
-            }
-            "fail" | "retries-exhausted" => {
-                self.failed.get_or_create(&label).inc();
-            }
-            _ => {}
-        }
-    }
-
     /// The broker connection went up or down.
     pub fn set_connected(&self, up: bool) {
         self.connected.set(i64::from(up));
@@ -151,7 +160,8 @@ impl Metrics {
 
     /// How many consumers should run, and how many do.
     pub fn set_consumers(&self, expected: usize, running: usize) {
-        self.expected_consumers.store(expected as i64, Ordering::Relaxed);
+        self.expected_consumers
+            .store(expected as i64, Ordering::Relaxed);
         self.consumers.store(running as i64, Ordering::Relaxed);
         self.started.store(true, Ordering::Relaxed);
     }
@@ -160,7 +170,8 @@ impl Metrics {
     pub fn ready(&self) -> bool {
         self.started.load(Ordering::Relaxed)
             && self.connected.get() == 1
-            && self.consumers.load(Ordering::Relaxed) >= self.expected_consumers.load(Ordering::Relaxed)
+            && self.consumers.load(Ordering::Relaxed)
+                >= self.expected_consumers.load(Ordering::Relaxed)
     }
 
     /// Prometheus text, with the reload counters and plugin versions read at scrape time.
@@ -168,15 +179,23 @@ impl Metrics {
         if let Some(plugins) = plugins {
             let stats = &plugins.stats;
             // The reloader keeps the counts; mirror them so the type is `counter` (`_total`).
-            for (result, counter) in [("ok", &stats.ok), ("failed", &stats.failed), ("unchanged", &stats.unchanged)] {
+            for (result, counter) in [
+                ("ok", &stats.ok),
+                ("failed", &stats.failed),
+                ("unchanged", &stats.unchanged),
+            ] {
                 self.reloads
-                    .get_or_create(&ResultLabel { result: result.to_string() })
+                    .get_or_create(&ResultLabel {
+                        result: result.to_string(),
+                    })
                     .inner()
                     .store(counter.load(Ordering::Relaxed), Ordering::Relaxed);
             }
             self.plugin_info.clear();
             for (plugin, sha256) in plugins.versions() {
-                self.plugin_info.get_or_create(&PluginLabel { plugin, sha256 }).set(1);
+                self.plugin_info
+                    .get_or_create(&PluginLabel { plugin, sha256 })
+                    .set(1);
             }
         }
         let mut out = String::new();

@@ -96,25 +96,29 @@ impl Book {
 struct Shared {
     book: Mutex<Book>,
     wake: Notify,
+    /// The consumer channel the deliveries came on.
+    channel: Channel,
 }
 
 /// A consumer channel's ack book; cheap to clone into handler tasks.
 #[derive(Clone)]
 pub(super) struct Acks {
     shared: Arc<Shared>,
-    channel: Channel,
 }
 
 impl Acks {
     /// Starts the ack task of `channel`. Settled messages wait at most [`MAX_HOLD`]; no more
     /// than `hold_limit` of them wait behind an unsettled one.
-    pub(super) fn start(channel: Channel, hold_limit: usize) -> (Acks, tokio::task::JoinHandle<()>) {
+    pub(super) fn start(
+        channel: Channel,
+        hold_limit: usize,
+    ) -> (Acks, tokio::task::JoinHandle<()>) {
         let acks = Acks {
             shared: Arc::new(Shared {
                 book: Mutex::new(Book::default()),
                 wake: Notify::new(),
+                channel,
             }),
-            channel,
         };
         let task = tokio::spawn(acks.clone().run(hold_limit.max(1)));
         (acks, task)
@@ -123,7 +127,10 @@ impl Acks {
     fn book(&self) -> MutexGuard<'_, Book> {
         // A panic while holding this lock would be a bug in this module; the book stays
         // consistent anyway (every change is one step), so carry on with it.
-        self.shared.book.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shared
+            .book
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// A delivery arrived; call in delivery order, before its handler runs.
@@ -134,11 +141,11 @@ impl Acks {
     /// Its publishes are confirmed: ack it (soon, possibly together with others).
     pub(super) fn settled(&self, tag: u64) {
         let mut book = self.book();
-        if let Some(slot) = book.slot(tag) {
-            if *slot == Slot::Pending {
-                *slot = Slot::Settled(Instant::now());
-                book.settled += 1;
-            }
+        if let Some(slot) = book.slot(tag)
+            && *slot == Slot::Pending
+        {
+            *slot = Slot::Settled(Instant::now());
+            book.settled += 1;
         }
         drop(book);
         self.shared.wake.notify_one();
@@ -148,6 +155,7 @@ impl Acks {
     /// cover it first.
     pub(super) async fn nack_requeue(&self, tag: u64) -> Result<(), lapin::Error> {
         let sent = self
+            .shared
             .channel
             .basic_nack(
                 tag,
@@ -189,23 +197,29 @@ impl Acks {
                 recheck = next;
                 (multiple, single, book.closing)
             };
-            if let Some(tag) = multiple {
-                if let Err(err) = self.channel.basic_ack(tag, BasicAckOptions { multiple: true }).await {
+            // The batch first: every tag acked alone lies above it.
+            let sends = multiple
+                .map(|tag| (tag, true))
+                .into_iter()
+                .chain(single.into_iter().map(|tag| (tag, false)));
+            for (tag, multiple) in sends {
+                let options = BasicAckOptions { multiple };
+                if let Err(err) = self.shared.channel.basic_ack(tag, options).await {
                     // The channel is gone: the broker redelivers, which may duplicate publishes.
-                    error!(delivery_tag = tag, "ack failed, the broker will redeliver: {err}");
-                    return;
-                }
-            }
-            for tag in single {
-                if let Err(err) = self.channel.basic_ack(tag, BasicAckOptions::default()).await {
-                    error!(delivery_tag = tag, "ack failed, the broker will redeliver: {err}");
+                    error!(
+                        delivery_tag = tag,
+                        "ack failed, the broker will redeliver: {err}"
+                    );
                     return;
                 }
             }
             if closing {
                 let left = self.book().slots.len();
                 if left > 0 {
-                    debug!(left, "deliveries left unacked at close; the broker redelivers them");
+                    debug!(
+                        left,
+                        "deliveries left unacked at close; the broker redelivers them"
+                    );
                 }
                 return;
             }

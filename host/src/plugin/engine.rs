@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use wasmtime::{
-    Config, Engine, Extern, InstanceAllocationStrategy, InstancePre, Linker, Module, ModuleExport,
-    PoolingAllocationConfig, Store, Strategy, UpdateDeadline,
+    Config, Enabled, Engine, Extern, InstanceAllocationStrategy, InstancePre, Linker, Module,
+    ModuleExport, PoolingAllocationConfig, Store, Strategy, UpdateDeadline,
 };
 
 use super::abi::{self, Checked};
@@ -23,6 +23,12 @@ const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Extra time the outer timer grants beyond the epoch deadline; it only fires
 /// when the guest is stuck inside a host call.
 const OUTER_GRACE: Duration = Duration::from_millis(100);
+
+/// Most dirty bytes of a used memory reset in place (and kept resident) when
+/// the kernel can tell which pages are dirty; the rest go back with `madvise`.
+const KEEP_RESIDENT_WITH_PAGEMAP: usize = 1 << 20;
+/// Low bytes of a used memory reset with memset when it cannot.
+const KEEP_RESIDENT_WITHOUT_PAGEMAP: usize = 64 * 1024;
 
 /// Sizing of the instance pool.
 #[derive(Debug, Clone)]
@@ -62,12 +68,19 @@ impl Runtime {
             .max_tables_per_module(1)
             .table_elements(TABLE_ELEMENTS as usize)
             .max_memory_size(max_memory)
-            // Reset small memories with memset instead of madvise: cheaper for
-            // the typical plugin that touches a few pages per message.
-            .linear_memory_keep_resident(std::env::var("WH_KEEP_RESIDENT").ok().and_then(|v| v.parse().ok()).unwrap_or(64 * 1024))
             .table_keep_resident(16 * 1024);
-        if std::env::var("WH_PAGEMAP").is_ok_and(|v| v == "1") {
-            pool.pagemap_scan(wasmtime::Enabled::Auto);
+        // Resetting a used memory with `madvise` costs a TLB shootdown on every
+        // core running a tokio worker, and the next instance then page-faults
+        // the same pages back in: that dominated SDK plugins (docs/performance.md).
+        // With PAGEMAP_SCAN (Linux 6.7+) only the pages the instance dirtied are
+        // found and reset with memset, and stay resident for the next one.
+        // Without it, keep_resident would memset that many low bytes on every
+        // call (the stack of a Rust module, mostly untouched), so stay small.
+        if PoolingAllocationConfig::is_pagemap_scan_available() {
+            pool.pagemap_scan(Enabled::Yes)
+                .linear_memory_keep_resident(KEEP_RESIDENT_WITH_PAGEMAP);
+        } else {
+            pool.linear_memory_keep_resident(KEEP_RESIDENT_WITHOUT_PAGEMAP);
         }
 
         let mut config = Config::new();
