@@ -60,7 +60,12 @@ pub fn decide(
     attempt: u32,
     max_retries: u32,
 ) -> Decision {
-    let cause = |default: &str| reason.filter(|r| !r.is_empty()).unwrap_or(default).to_string();
+    let cause = |default: &str| {
+        reason
+            .filter(|r| !r.is_empty())
+            .unwrap_or(default)
+            .to_string()
+    };
     let retry_cause = match answer {
         Ok(Answer::Ok) => return Decision::Ack,
         Ok(Answer::Fail) => {
@@ -99,7 +104,9 @@ pub fn calls_made(headers: Option<&FieldTable>, queue: &str) -> u32 {
     let retry_prefix = format!("{queue}@retry");
     let mut count: u64 = 0;
     for death in deaths.as_slice() {
-        let AMQPValue::FieldTable(death) = death else { continue };
+        let AMQPValue::FieldTable(death) = death else {
+            continue;
+        };
         let death = death.inner();
         let is_retry_queue = death.get("queue").and_then(as_text).is_some_and(|q| {
             q == retry_prefix

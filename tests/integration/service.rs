@@ -420,3 +420,64 @@ async fn broker_restart_mid_stream_loses_nothing() {
     assert_eq!(t.still_queued, 0, "{t:?}");
     n.cleanup().await;
 }
+
+/// A message stuck in a slow call at the head of the prefetch window does not hold back the
+/// acks of the messages after it (acks are batched, but never past an unsettled tag).
+#[tokio::test]
+async fn a_slow_message_does_not_hold_back_the_acks_of_the_others() {
+    let n = Names::new("slowhead");
+    let dir = config_dir(&n.toml(
+        None,
+        "prefetch = 50\nconcurrency = 4\ntimeout = \"10s\"\nmax_retries = 0",
+    ));
+    declare(dir.path()).await;
+    let conn = common::connect().await;
+    let fast = 30;
+    publish_all(
+        &conn,
+        &n,
+        std::iter::once(body(b'l', 0)).chain((1..=fast).map(|i| body(b'o', i))),
+    )
+    .await;
+
+    let mut host = Host::start(dir.path(), 1);
+    wait_depth(&conn, &n.seen(), fast, Duration::from_secs(60)).await;
+    // While the slow call still runs, the broker must see only it unacknowledged.
+    let q = n.q();
+    let unacked = common::eventually(
+        Duration::from_secs(8),
+        "only the slow message unacked",
+        || async {
+            let out = rabbitmqctl(&[
+                "list_queues",
+                "-q",
+                "--no-table-headers",
+                "name",
+                "messages_unacknowledged",
+            ])
+            .await;
+            let count = out
+                .lines()
+                .find_map(|l| l.strip_prefix(q.as_str())?.trim().parse::<u32>().ok());
+            count.filter(|c| *c == 1)
+        },
+    )
+    .await;
+    assert_eq!(unacked, 1);
+    host.kill9();
+    // Only the slow message comes back.
+    let back = common::eventually(
+        Duration::from_secs(10),
+        "the slow message requeued",
+        || async {
+            let d = depth(&conn, &n.q()).await;
+            (d > 0).then_some(d)
+        },
+    )
+    .await;
+    assert_eq!(
+        back, 1,
+        "the fast messages were acked while the slow one ran"
+    );
+    n.cleanup().await;
+}
