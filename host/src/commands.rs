@@ -12,6 +12,7 @@ use crate::broker;
 use crate::cli::{Command, PublishArgs};
 use crate::config::Config;
 use crate::consumer::publish_confirmed;
+use crate::delay::Delayer;
 use crate::outcome;
 use crate::service;
 use crate::topology::Plan;
@@ -115,27 +116,33 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
     if let Some(ct) = &args.content_type {
         props = props.with_content_type(ct.as_str().into());
     }
-    if let Some(delay) = args.delay {
-        // Refuse a delay the levels cannot express before touching the broker.
-        crate::delay::Delayer::required(&config)?.steps(delay)?;
-    }
+    // Refuse a delay the levels cannot express before touching the broker.
+    let delayed = match args.delay {
+        Some(delay) => {
+            let delayer = Delayer::required(&config)?;
+            delayer.steps(delay)?;
+            Some((delayer, delay))
+        }
+        None => None,
+    };
     let conn = broker::connect_once(&config.broker.urls, "worker-host publish").await?;
     let channel = Arc::new(conn.create_channel().await?);
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
-    match args.delay {
-        Some(delay) => {
-            crate::delay::publish(
-                &config,
-                &channel,
-                &args.exchange,
-                &args.routing_key,
-                &body,
-                props,
-                delay,
-            )
-            .await?
+    match delayed {
+        Some((delayer, delay)) => {
+            delayer.declare(&conn).await?;
+            delayer
+                .publish(
+                    &channel,
+                    &args.exchange,
+                    &args.routing_key,
+                    &body,
+                    props,
+                    delay,
+                )
+                .await?
         }
         None => {
             publish_confirmed(

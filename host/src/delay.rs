@@ -17,15 +17,12 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use lapin::options::{
-    ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
-use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
+use lapin::types::AMQPValue;
+use lapin::{BasicProperties, Channel, Connection};
 
 use crate::config::{Config, DelayConfig, ExchangeType};
 use crate::consumer::publish_confirmed;
-use crate::topology::{Arg, Destination, ExchangeSpec, Plan, QueueSpec};
+use crate::topology::{Arg, ExchangeSpec, Plan, QueueSpec};
 
 /// Default name prefix of everything the delay topology declares.
 pub const DEFAULT_PREFIX: &str = "worker.delay";
@@ -199,7 +196,7 @@ impl Delayer {
         pattern
     }
 
-    /// Everything the delay topology declares, for `Plan::from_config` and `declare_on`:
+    /// Everything the delay topology declares, for `Plan::from_config` and `declare`:
     /// per bit a topic exchange, a TTL queue dead-lettering to the next exchange, the queue's
     /// binding (bit = 1) and the exchange-to-exchange binding to the next level (bit = 0); then
     /// the ready exchange and queue and the dead queue.
@@ -252,79 +249,13 @@ impl Delayer {
         plan
     }
 
-    /// Declares the whole delay topology on a fresh channel of `conn`. Idempotent.
+    /// Declares [`Delayer::plan`] (idempotent; an inequivalent existing queue is named with
+    /// both values).
     pub async fn declare(&self, conn: &Connection) -> anyhow::Result<()> {
-        let channel = conn
-            .create_channel()
+        self.plan()
+            .declare(conn)
             .await
-            .context("opening a channel to declare the delay topology")?;
-        let declared = self.declare_on(&channel).await;
-        let _ = channel.close(200, "declared".into()).await;
-        declared
-    }
-
-    /// Declares [`Delayer::plan`] on `channel`. An inequivalent existing queue closes the
-    /// channel; the error names the queue and carries the broker's text with both values.
-    pub async fn declare_on(&self, channel: &Channel) -> anyhow::Result<()> {
-        let plan = self.plan();
-        for e in &plan.exchanges {
-            let kind = match e.kind {
-                ExchangeType::Fanout => ExchangeKind::Fanout,
-                _ => ExchangeKind::Topic,
-            };
-            let options = ExchangeDeclareOptions {
-                durable: e.durable,
-                ..ExchangeDeclareOptions::default()
-            };
-            channel
-                .exchange_declare(e.name.as_str().into(), kind, options, FieldTable::default())
-                .await
-                .with_context(|| format!("declaring exchange {}", e.name))?;
-        }
-        for q in &plan.queues {
-            let mut args = FieldTable::default();
-            for (key, value) in &q.arguments {
-                let value = match value {
-                    Arg::Int(n) => AMQPValue::LongLongInt(*n),
-                    Arg::Str(s) => crate::outcome::text(s),
-                };
-                args.insert(key.as_str().into(), value);
-            }
-            let options = QueueDeclareOptions {
-                durable: q.durable,
-                ..QueueDeclareOptions::default()
-            };
-            channel
-                .queue_declare(q.name.as_str().into(), options, args)
-                .await
-                .with_context(|| format!("declaring queue {}", q.name))?;
-        }
-        for b in &plan.bindings {
-            let key = b.routing_key.as_str();
-            match &b.destination {
-                Destination::Queue(q) => channel
-                    .queue_bind(
-                        q.as_str().into(),
-                        b.source.as_str().into(),
-                        key.into(),
-                        QueueBindOptions::default(),
-                        FieldTable::default(),
-                    )
-                    .await
-                    .with_context(|| format!("binding queue {q} to {} with {key}", b.source))?,
-                Destination::Exchange(e) => channel
-                    .exchange_bind(
-                        e.as_str().into(),
-                        b.source.as_str().into(),
-                        key.into(),
-                        ExchangeBindOptions::default(),
-                        FieldTable::default(),
-                    )
-                    .await
-                    .with_context(|| format!("binding exchange {e} to {} with {key}", b.source))?,
-            }
-        }
-        Ok(())
+            .context("declaring the delay topology")
     }
 
     /// Publishes `body` into the delay topology, confirmed, to reach `exchange` with
@@ -386,40 +317,6 @@ impl fmt::Display for Delayer {
 pub fn plan(_config: &Config, delay: &DelayConfig) -> Plan {
     let levels = delay.levels.clamp(1, MAX_LEVELS);
     Delayer::new(levels).map(|d| d.plan()).unwrap_or_default()
-}
-
-/// The longest delay the configured levels can express, or None when `[delay]` is absent.
-pub fn max_delay(config: &Config) -> Option<Duration> {
-    match Delayer::from_config(config) {
-        Ok(delayer) => delayer.map(|d| d.max_delay()),
-        // Out-of-range levels: the largest topology we would build.
-        Err(_) => config.delay.map(|_| {
-            Delayer::new(MAX_LEVELS)
-                .map(|d| d.max_delay())
-                .unwrap_or_default()
-        }),
-    }
-}
-
-/// `worker-host publish --delay`: declares the delay topology (idempotent, so a publish works
-/// before the service ever ran; the message then waits until a service delivers it) and
-/// publishes through it. `channel` has confirms on.
-#[allow(clippy::too_many_arguments)]
-pub async fn publish(
-    config: &Config,
-    channel: &Channel,
-    exchange: &str,
-    routing_key: &str,
-    body: &[u8],
-    props: BasicProperties,
-    delay: Duration,
-) -> anyhow::Result<()> {
-    let delayer = Delayer::required(config)?;
-    delayer.steps(delay)?;
-    delayer.declare_on(channel).await?;
-    delayer
-        .publish(channel, exchange, routing_key, body, props, delay)
-        .await
 }
 
 /// Milliseconds since the Unix epoch, now.

@@ -247,3 +247,24 @@ pub async fn wait_consuming(conn: &Connection, queue: &str) {
     )
     .await;
 }
+
+/// A message's headers rendered as text, by name.
+pub fn headers_of(
+    msg: &lapin::message::BasicGetMessage,
+) -> std::collections::BTreeMap<String, String> {
+    worker_host::outcome::render_headers(msg.delivery.properties.headers().as_ref())
+        .into_iter()
+        .collect()
+}
+
+/// Waits for a message in `queue` and takes it.
+pub async fn wait_get(
+    ch: &lapin::Channel,
+    queue: &str,
+    timeout: Duration,
+) -> lapin::message::BasicGetMessage {
+    eventually(timeout, &format!("a message in {queue}"), || async {
+        get(ch, queue).await
+    })
+    .await
+}

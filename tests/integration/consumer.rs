@@ -7,7 +7,7 @@ use lapin::BasicProperties;
 use lapin::types::FieldTable;
 use worker_host::outcome;
 
-use crate::common::{self, Service};
+use crate::common::{self, Service, headers_of, wait_get};
 
 const SCRIPT: &str = include_str!("fixtures/script.wat");
 
@@ -82,23 +82,6 @@ fn props_publishing_to(exchange: &str) -> BasicProperties {
         .with_message_id("m-1".into())
         .with_correlation_id("c-1".into())
         .with_content_type("text/plain".into())
-}
-
-fn headers_of(msg: &lapin::message::BasicGetMessage) -> BTreeMap<String, String> {
-    outcome::render_headers(msg.delivery.properties.headers().as_ref())
-        .into_iter()
-        .collect()
-}
-
-async fn wait_get(
-    ch: &lapin::Channel,
-    queue: &str,
-    timeout: Duration,
-) -> lapin::message::BasicGetMessage {
-    common::eventually(timeout, &format!("a message in {queue}"), || async {
-        common::get(ch, queue).await
-    })
-    .await
 }
 
 #[tokio::test]

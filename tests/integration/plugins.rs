@@ -1,13 +1,12 @@
 //! The example plugins, built from source by scripts/build-plugins.sh, run through the host.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lapin::BasicProperties;
 use lapin::types::FieldTable;
 use worker_host::outcome;
 
-use crate::common::{self, Service};
+use crate::common::{self, Service, headers_of, wait_get};
 
 /// A built example plugin from plugins/ (scripts/test.sh builds them before the tests).
 fn plugin(file: &str) -> Vec<u8> {
@@ -22,21 +21,16 @@ fn plugin(file: &str) -> Vec<u8> {
     })
 }
 
-fn headers_of(msg: &lapin::message::BasicGetMessage) -> BTreeMap<String, String> {
-    outcome::render_headers(msg.delivery.properties.headers().as_ref())
-        .into_iter()
-        .collect()
-}
-
-async fn wait_get(
-    ch: &lapin::Channel,
+/// Runs the service with one example plugin and waits until it consumes `queue`.
+async fn start(
+    toml: &str,
+    plugin_file: &str,
     queue: &str,
-    timeout: Duration,
-) -> lapin::message::BasicGetMessage {
-    common::eventually(timeout, &format!("a message in {queue}"), || async {
-        common::get(ch, queue).await
-    })
-    .await
+) -> (Service, lapin::Connection, lapin::Channel) {
+    let svc = Service::start(toml, &[(plugin_file, &plugin(plugin_file))]).await;
+    let (conn, ch) = common::channel().await;
+    common::wait_consuming(&conn, queue).await;
+    (svc, conn, ch)
 }
 
 /// Names for one test: its own master/retry/failed exchanges and an `out` fanout with a `seen` queue.
@@ -64,13 +58,7 @@ async fn user_monitor_acks_events_and_parks_malformed_json() {
          [subscription.config]\ngreeting = \"hi\"\n",
         topology(&p)
     );
-    let svc = Service::start(
-        &toml,
-        &[("user_monitor.wasm", &plugin("user_monitor.wasm"))],
-    )
-    .await;
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &q).await;
+    let (svc, _conn, ch) = start(&toml, "user_monitor.wasm", &q).await;
     let master = format!("{p}.master");
     common::publish(
         &ch,
@@ -121,9 +109,7 @@ async fn flaky_retries_then_publishes_on_ok() {
          max_retries = 5\nretry_delays = [\"200ms\"]\npublish = [\"{p}.out\"]\n",
         topology(&p)
     );
-    let svc = Service::start(&toml, &[("flaky.wasm", &plugin("flaky.wasm"))]).await;
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &q).await;
+    let (svc, _conn, ch) = start(&toml, "flaky.wasm", &q).await;
     let body = format!(
         r#"{{"outcome": "retry", "until_attempt": 3, "reason": "not yet",
             "publish": [{{"exchange": "{p}.out", "routing_key": "done", "body": {{"n": 1}}}}]}}"#
@@ -165,9 +151,7 @@ async fn c_plugin_without_the_sdk_republishes() {
         "{}[[subscription]]\nqueue = \"{q}\"\nplugin = \"c_echo.wasm\"\nbindings = [\"echo.#\"]\npublish = [\"{p}.out\"]\n",
         topology(&p)
     );
-    let svc = Service::start(&toml, &[("c_echo.wasm", &plugin("c_echo.wasm"))]).await;
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &q).await;
+    let (svc, _conn, ch) = start(&toml, "c_echo.wasm", &q).await;
     let mut h = FieldTable::default();
     h.insert("echo-to".into(), outcome::text("echoed"));
     h.insert("echo-exchange".into(), outcome::text(&format!("{p}.out")));
@@ -226,9 +210,7 @@ async fn seed_order_flow_closes_unpaid_orders_and_releases_stock() {
          [subscription.config]\nexchange = \"{ex}\"\n",
         topology(&p)
     );
-    let svc = Service::start(&toml, &[("order_close.wasm", &plugin("order_close.wasm"))]).await;
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &q).await;
+    let (svc, _conn, ch) = start(&toml, "order_close.wasm", &q).await;
     let started = std::time::Instant::now();
     common::publish(
         &ch,
@@ -284,9 +266,7 @@ async fn plugin_publish_with_a_delay_arrives_after_it() {
          bindings = [\"demo.#\"]\npublish = [\"{p}.out\"]\n",
         topology(&p)
     );
-    let svc = Service::start(&toml, &[("flaky.wasm", &plugin("flaky.wasm"))]).await;
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &q).await;
+    let (svc, _conn, ch) = start(&toml, "flaky.wasm", &q).await;
     let body = format!(
         r#"{{"outcome": "ok", "publish": [{{"exchange": "{p}.out", "routing_key": "later",
             "body": "hello", "delay_ms": 1500}}]}}"#

@@ -1,6 +1,7 @@
 //! Unit tests of the delay encoding, limits and plan.
 
 use super::*;
+use crate::topology::Destination;
 
 fn delayer(levels: u8) -> Delayer {
     Delayer::new(levels).expect("valid levels")
