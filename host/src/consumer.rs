@@ -252,54 +252,42 @@ impl Subscriber {
             sub.max_retries,
         );
         let message_id = input.meta.message_id.as_deref().unwrap_or("");
-        let settled = match &decision {
-            Decision::Ack => {
-                self.send_publishes(publisher, &input, invocation.publishes)
-                    .await
-            }
+        // Where a retried or parked message goes, and what is recorded on it.
+        let target = match &decision {
+            Decision::Ack => None,
             Decision::Retry { retry, cause } => {
                 let delay = sub.delay_for_retry(*retry);
                 warn!(queue, message_id, attempt, plugin = %plugin.short_sha(), delay = %delay.text, cause = %cause, "retry");
-                let stamp = Stamp {
-                    routing_key: routing_key.as_str(),
-                    attempts: attempt,
-                    cause,
-                    plugin: plugin.name(),
-                    plugin_sha256: plugin.sha256(),
-                    failed: None,
-                };
-                let props = republished(&properties, &stamp);
                 let key = sub.retry_queue_name(delay);
-                publish_confirmed(
-                    publisher,
-                    &self.exchanges.retry,
-                    &key,
-                    &input.body,
-                    props,
-                    true,
-                )
-                .await
+                Some((self.exchanges.retry.as_str(), key, cause.as_str(), None))
             }
             Decision::Park { reason, cause } => {
                 warn!(queue, message_id, attempt, plugin = %plugin.short_sha(), reason = reason.as_str(), cause = %cause, "parked in {}", sub.failed_queue());
+                let key = queue.to_string();
+                Some((
+                    self.exchanges.failed.as_str(),
+                    key,
+                    cause.as_str(),
+                    Some(*reason),
+                ))
+            }
+        };
+        let settled = match target {
+            None => {
+                self.send_publishes(publisher, &input, invocation.publishes)
+                    .await
+            }
+            Some((exchange, key, cause, failed)) => {
                 let stamp = Stamp {
                     routing_key: routing_key.as_str(),
                     attempts: attempt,
                     cause,
                     plugin: plugin.name(),
                     plugin_sha256: plugin.sha256(),
-                    failed: Some(*reason),
+                    failed,
                 };
                 let props = republished(&properties, &stamp);
-                publish_confirmed(
-                    publisher,
-                    &self.exchanges.failed,
-                    queue,
-                    &input.body,
-                    props,
-                    true,
-                )
-                .await
+                publish_confirmed(publisher, exchange, &key, &input.body, props, true).await
             }
         };
 
