@@ -167,14 +167,12 @@ pub async fn publish(
 
 /// Takes one message from `queue` (acked), if any.
 pub async fn get(ch: &lapin::Channel, queue: &str) -> Option<lapin::message::BasicGetMessage> {
-    let msg = ch
-        .basic_get(
-            queue.into(),
-            lapin::options::BasicGetOptions { no_ack: true },
-        )
-        .await
-        .expect("basic_get");
-    msg
+    ch.basic_get(
+        queue.into(),
+        lapin::options::BasicGetOptions { no_ack: true },
+    )
+    .await
+    .expect("basic_get")
 }
 
 /// Messages ready in `queue` (declares it passively; panics if missing).
