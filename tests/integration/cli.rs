@@ -125,28 +125,12 @@ fn topology_prints_the_plan_without_a_broker() {
 fn an_unreachable_broker_exits_2_with_a_clear_line() {
     let env = [("WORKER_BROKER_URL", "amqp://guest:guest@127.0.0.1:1/%2f")];
     for args in [
-        &["topology", "-c", "worker.toml", "--apply"][..],
-        &[
-            "failed",
-            "list",
-            "-c",
-            "worker.toml",
-            "--queue",
-            "ucenter@user",
-        ],
-        &[
-            "publish",
-            "-c",
-            "worker.toml",
-            "--exchange",
-            "master",
-            "--routing-key",
-            "k",
-            "--body",
-            "x",
-        ],
+        "topology -c worker.toml --apply",
+        "failed list -c worker.toml --queue ucenter@user",
+        "publish -c worker.toml --exchange master --routing-key k --body x",
     ] {
-        let out = worker_host(args, &env);
+        let args: Vec<&str> = args.split_whitespace().collect();
+        let out = worker_host(&args, &env);
         let (_, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert_no_panic(&stderr);
@@ -160,33 +144,14 @@ fn an_unreachable_broker_exits_2_with_a_clear_line() {
 
 #[test]
 fn user_errors_exit_1() {
-    // A delay beyond what [delay] levels allow, an unknown queue, a missing config file.
-    let cases: [&[&str]; 3] = [
-        &[
-            "publish",
-            "-c",
-            "worker.toml",
-            "--exchange",
-            "master",
-            "--routing-key",
-            "k",
-            "--body",
-            "x",
-            "--delay",
-            "100y",
-        ],
-        &[
-            "failed",
-            "list",
-            "-c",
-            "worker.toml",
-            "--queue",
-            "no-such-queue",
-        ],
-        &["check", "-c", "no-such-file.toml"],
-    ];
-    for args in cases {
-        let out = worker_host(args, &[]);
+    for args in [
+        // A delay beyond what [delay] levels allow.
+        "publish -c worker.toml --exchange master --routing-key k --body x --delay 100y",
+        "failed list -c worker.toml --queue no-such-queue",
+        "check -c no-such-file.toml",
+    ] {
+        let args: Vec<&str> = args.split_whitespace().collect();
+        let out = worker_host(&args, &[]);
         let (_, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert_no_panic(&stderr);

@@ -42,11 +42,22 @@ fn topology(p: &str) -> String {
     )
 }
 
-fn exchanges(p: &str) -> Vec<String> {
-    ["master", "retry", "failed", "out"]
+/// Deletes what a test declared: its subscription queue `q` with its failed and retry queue,
+/// the `seen` queue, the four exchanges of [`topology`], and any extra ones.
+async fn cleanup(p: &str, q: &str, retry: &str, queues: &[String], exchanges: &[String]) {
+    let mut all_queues = vec![
+        q.to_string(),
+        format!("{q}@failed"),
+        format!("{q}@retry.{retry}"),
+        format!("{p}.seen"),
+    ];
+    all_queues.extend_from_slice(queues);
+    let mut all_exchanges: Vec<String> = ["master", "retry", "failed", "out"]
         .iter()
         .map(|e| format!("{p}.{e}"))
-        .collect()
+        .collect();
+    all_exchanges.extend_from_slice(exchanges);
+    common::cleanup(&all_queues, &all_exchanges).await;
 }
 
 #[tokio::test]
@@ -88,16 +99,7 @@ async fn user_monitor_acks_events_and_parks_malformed_json() {
         common::get(&ch, &format!("{q}@failed")).await.is_none(),
         "only the bad one parked"
     );
-    common::cleanup(
-        &[
-            q.clone(),
-            format!("{q}@failed"),
-            format!("{q}@retry.30s"),
-            format!("{p}.seen"),
-        ],
-        &exchanges(&p),
-    )
-    .await;
+    cleanup(&p, &q, "30s", &[], &[]).await;
 }
 
 #[tokio::test]
@@ -131,16 +133,7 @@ async fn flaky_retries_then_publishes_on_ok() {
         "published once: only the ok call publishes"
     );
     assert!(common::get(&ch, &format!("{q}@failed")).await.is_none());
-    common::cleanup(
-        &[
-            q.clone(),
-            format!("{q}@failed"),
-            format!("{q}@retry.200ms"),
-            format!("{p}.seen"),
-        ],
-        &exchanges(&p),
-    )
-    .await;
+    cleanup(&p, &q, "200ms", &[], &[]).await;
 }
 
 #[tokio::test]
@@ -177,16 +170,7 @@ async fn c_plugin_without_the_sdk_republishes() {
     let parked = wait_get(&ch, &format!("{q}@failed"), Duration::from_secs(10)).await;
     assert_eq!(headers_of(&parked)["worker-failed-reason"], "fail");
     svc.stop().await;
-    common::cleanup(
-        &[
-            q.clone(),
-            format!("{q}@failed"),
-            format!("{q}@retry.30s"),
-            format!("{p}.seen"),
-        ],
-        &exchanges(&p),
-    )
-    .await;
+    cleanup(&p, &q, "30s", &[], &[]).await;
 }
 
 /// Seed 003 by config and plugins alone: an order is created, waits in the delay queue (a TTL
@@ -241,18 +225,7 @@ async fn seed_order_flow_closes_unpaid_orders_and_releases_stock() {
         common::get(&ch, &stock).await.is_none(),
         "the paid order keeps its stock"
     );
-    common::cleanup(
-        &[
-            q.clone(),
-            format!("{q}@failed"),
-            format!("{q}@retry.30s"),
-            stock,
-            delay,
-            format!("{p}.seen"),
-        ],
-        &[exchanges(&p), vec![ex]].concat(),
-    )
-    .await;
+    cleanup(&p, &q, "30s", &[stock, delay], &[ex]).await;
 }
 
 /// A plugin's `publish` with `delay_ms` goes through the delay levels and arrives with its own
@@ -293,14 +266,5 @@ async fn plugin_publish_with_a_delay_arrives_after_it() {
     assert_eq!(got.delivery.routing_key.as_str(), "later");
     assert_eq!(got.delivery.exchange.as_str(), format!("{p}.out"));
     svc.stop().await;
-    common::cleanup(
-        &[
-            q.clone(),
-            format!("{q}@failed"),
-            format!("{q}@retry.30s"),
-            format!("{p}.seen"),
-        ],
-        &exchanges(&p),
-    )
-    .await;
+    cleanup(&p, &q, "30s", &[], &[]).await;
 }

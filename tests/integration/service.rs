@@ -6,7 +6,7 @@
 //! `published == handled + still queued` and `lost == 0` are checked index by index, and the
 //! figures are printed (`cargo test --test integration service:: -- --nocapture` shows them).
 //! Tests named `broker_restart_*` stop and start RabbitMQ: they must run alone
-//! (`--skip broker_restart_`, then `broker_restart_ --test-threads=1`).
+//! (scripts/test.sh runs them after the rest, one at a time).
 
 mod support;
 
@@ -274,7 +274,7 @@ async fn admin_endpoints_report_health_readiness_and_metrics() {
     n.cleanup().await;
 }
 
-/// `[broker] urls` lists cluster nodes: one that does not answer is skipped for the next.
+/// `[broker] urls` lists cluster nodes: one that does not answer is passed over for the next.
 #[tokio::test]
 async fn several_broker_urls_are_tried_in_turn() {
     let n = Names::new("urls");
