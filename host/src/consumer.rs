@@ -307,6 +307,7 @@ impl Subscriber {
                 );
             }
             Err(err) => {
+                self.metrics.requeued();
                 error!(
                     queue,
                     message_id, attempt, "not acked, the broker will redeliver: {err:#}"

@@ -146,6 +146,7 @@ impl Metrics {
             retry: outcome("retry"),
             fail: outcome("fail"),
             exhausted: outcome("retries-exhausted"),
+            requeued: outcome("requeued"),
             retries: self.retries.get_or_create(&label).clone(),
             failed: self.failed.get_or_create(&label).clone(),
             duration: self.duration.get_or_create(&label).clone(),
@@ -212,6 +213,7 @@ pub struct QueueMetrics {
     retry: Counter,
     fail: Counter,
     exhausted: Counter,
+    requeued: Counter,
     retries: Counter,
     failed: Counter,
     duration: Histogram,
@@ -223,6 +225,11 @@ impl QueueMetrics {
     pub fn call_started(&self) -> InFlight {
         self.in_flight.inc();
         InFlight(self.in_flight.clone())
+    }
+
+    /// A message whose republish failed was left for the broker to redeliver.
+    pub fn requeued(&self) {
+        self.requeued.inc();
     }
 
     /// A message was settled with `outcome` (`ok`, `retry`, `fail`, `retries-exhausted`) after

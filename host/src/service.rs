@@ -268,7 +268,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                         break false;
                     }
                     // The connection is fine: restart this subscription alone after a pause.
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tokio::select! {
+                        _ = &mut shutdown => break true,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
                     if let Some(subscriber) = state.subscribers.get(&queue) {
                         consumers.start(&conn, subscriber.clone());
                     }
