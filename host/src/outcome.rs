@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::types::{AMQPValue, FieldTable, LongString};
 
 use crate::plugin::{Answer, HandlerError};
 
@@ -250,19 +250,13 @@ fn as_u64(value: &AMQPValue) -> Option<u64> {
     }
 }
 
-/// Used by tests and tools that build `x-death`-style headers.
-pub fn field_array(values: Vec<AMQPValue>) -> AMQPValue {
-    AMQPValue::FieldArray(FieldArray::from(values))
-}
-
-/// A short string key.
-pub fn key(name: &str) -> ShortString {
-    ShortString::from(name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn field_array(values: Vec<AMQPValue>) -> AMQPValue {
+        AMQPValue::FieldArray(lapin::types::FieldArray::from(values))
+    }
 
     fn death(queue: &str, count: i64) -> AMQPValue {
         let mut t = FieldTable::default();
