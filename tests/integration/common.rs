@@ -221,27 +221,33 @@ pub fn init_logs() {
     });
 }
 
+/// `queue` as the broker sees it (messages, consumers), or None when it does not exist.
+/// Uses a fresh channel: a failed passive declare closes its channel.
+pub async fn probe(conn: &Connection, queue: &str) -> Option<lapin::Queue> {
+    let ch = conn.create_channel().await.expect("channel");
+    let q = ch
+        .queue_declare(
+            queue.into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .ok();
+    if q.is_some() {
+        let _ = ch.close(200, "probe".into()).await;
+    }
+    q
+}
+
 /// Waits until `queue` exists and has a consumer (the service is up and bound).
 pub async fn wait_consuming(conn: &Connection, queue: &str) {
     eventually(
         Duration::from_secs(20),
         &format!("a consumer on {queue}"),
-        || async {
-            let probe = conn.create_channel().await.ok()?;
-            let q = probe
-                .queue_declare(
-                    queue.into(),
-                    lapin::options::QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    },
-                    lapin::types::FieldTable::default(),
-                )
-                .await
-                .ok()?;
-            let _ = probe.close(200, "probe".into()).await;
-            (q.consumer_count() > 0).then_some(())
-        },
+        || async { probe(conn, queue).await.filter(|q| q.consumer_count() > 0) },
     )
     .await;
 }

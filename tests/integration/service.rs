@@ -57,6 +57,25 @@ async fn kill_9_mid_stream_handles_every_message_at_least_once() {
     n.cleanup().await;
 }
 
+/// Starts the binary on `n`'s config with `extra` settings and waits until message 0, an
+/// endless loop, is in flight.
+async fn start_with_a_loop_in_flight(
+    n: &Names,
+    extra: &str,
+) -> (tempfile::TempDir, lapin::Connection, Host) {
+    let dir = config_dir(&n.toml(None, extra));
+    declare(dir.path()).await;
+    let conn = common::connect().await;
+    let host = Host::start(dir.path(), 1);
+    common::wait_consuming(&conn, &n.q()).await;
+    publish_all(&conn, n, [body(b'l', 0)]).await;
+    common::eventually(Duration::from_secs(20), "the loop in flight", || async {
+        (depth(&conn, &n.q()).await == 0).then_some(())
+    })
+    .await;
+    (dir, conn, host)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_drains_acks_once_and_exits_0() {
     // Message 0 loops until its timeout: it is in flight when SIGTERM comes, so the drain must
@@ -64,17 +83,7 @@ async fn sigterm_under_load_drains_acks_once_and_exits_0() {
     const SLOW: Duration = Duration::from_secs(10);
     let n = Names::new("sigterm");
     let extra = format!("{LOAD}\ntimeout = \"{}s\"", SLOW.as_secs());
-    let dir = config_dir(&n.toml(None, &extra));
-    declare(dir.path()).await;
-    let conn = common::connect().await;
-
-    let mut host = Host::start(dir.path(), 1);
-    common::wait_consuming(&conn, &n.q()).await;
-    publish_all(&conn, &n, [body(b'l', 0)]).await;
-    common::eventually(Duration::from_secs(20), "the loop in flight", || async {
-        (depth(&conn, &n.q()).await == 0).then_some(())
-    })
-    .await;
+    let (_dir, conn, mut host) = start_with_a_loop_in_flight(&n, &extra).await;
     let looping = Instant::now();
     publish_all(&conn, &n, (1..N).map(|i| body(b'o', i))).await;
     wait_depth(&conn, &n.seen(), N / 5, Duration::from_secs(120)).await;
@@ -124,17 +133,9 @@ async fn sigterm_under_load_drains_acks_once_and_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_signal_exits_at_once_and_loses_nothing() {
     let n = Names::new("twosig");
-    let dir = config_dir(&n.toml(None, "timeout = \"60s\"\nmax_retries = 0"));
-    declare(dir.path()).await;
-    let conn = common::connect().await;
-    let mut host = Host::start(dir.path(), 1);
-    common::wait_consuming(&conn, &n.q()).await;
     // An endless loop: the drain would wait for its 60 s timeout.
-    publish_all(&conn, &n, [body(b'l', 0)]).await;
-    common::eventually(Duration::from_secs(20), "the loop in flight", || async {
-        (depth(&conn, &n.q()).await == 0).then_some(())
-    })
-    .await;
+    let (_dir, conn, mut host) =
+        start_with_a_loop_in_flight(&n, "timeout = \"60s\"\nmax_retries = 0").await;
     host.signal("TERM");
     host.wait_log("signal received", Duration::from_secs(10))
         .await;

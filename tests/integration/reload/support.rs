@@ -321,37 +321,14 @@ pub(super) fn stats(mut xs: Vec<Duration>) -> (Duration, Duration, Duration) {
 
 /// Consumers on `queue` now.
 pub(super) async fn consumers(conn: &lapin::Connection, queue: &str) -> u32 {
-    let probe = conn.create_channel().await.expect("channel");
-    let q = probe
-        .queue_declare(
-            queue.into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
+    common::probe(conn, queue)
         .await
-        .unwrap_or_else(|e| panic!("queue {queue} missing: {e}"));
-    let _ = probe.close(200, "probe".into()).await;
-    q.consumer_count()
+        .unwrap_or_else(|| panic!("queue {queue} missing"))
+        .consumer_count()
 }
 
 pub(super) async fn queue_exists(conn: &lapin::Connection, queue: &str) -> bool {
-    let probe = conn.create_channel().await.expect("channel");
-    let found = probe
-        .queue_declare(
-            queue.into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .is_ok();
-    let _ = probe.close(200, "probe".into()).await;
-    found
+    common::probe(conn, queue).await.is_some()
 }
 
 /// Saves worker.toml the way editors do: a temp file renamed over it.

@@ -150,10 +150,10 @@ pub async fn publish_all(conn: &Connection, n: &Names, bodies: impl IntoIterator
 
 /// Messages ready in `queue`, on a fresh channel (a failed passive declare kills its channel).
 pub async fn depth(conn: &Connection, queue: &str) -> u32 {
-    let ch = conn.create_channel().await.expect("channel");
-    let d = common::depth(&ch, queue).await;
-    let _ = ch.close(200, "depth".into()).await;
-    d
+    common::probe(conn, queue)
+        .await
+        .unwrap_or_else(|| panic!("queue {queue} missing"))
+        .message_count()
 }
 
 /// Takes every message in `queue` (nobody else consumes it) and returns their indexes.
