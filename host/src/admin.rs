@@ -56,9 +56,8 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.metrics.ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    match state.metrics.readiness() {
+        Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
     }
 }

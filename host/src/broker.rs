@@ -1,8 +1,11 @@
-//! Connections to RabbitMQ: several URLs tried in turn, capped exponential backoff with jitter.
+//! Connections to RabbitMQ: several URLs tried in turn, capped exponential backoff with jitter;
+//! confirm-mode channels that reopen after a channel error; the one confirmed publish.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lapin::{Connection, ConnectionProperties};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use tracing::{info, warn};
 
 /// No broker URL answered; commands exit with code 2 for this.
@@ -58,6 +61,178 @@ pub fn describe(err: &lapin::Error) -> String {
     match err.kind() {
         lapin::ErrorKind::ProtocolError(amqp) => amqp.get_message().as_str().to_string(),
         _ => err.to_string(),
+    }
+}
+
+/// True for an error that closed a channel but not the connection (RabbitMQ's soft errors:
+/// NOT_FOUND, ACCESS_REFUSED, PRECONDITION_FAILED, RESOURCE_LOCKED, ...).
+pub fn is_channel_error(err: &lapin::Error) -> bool {
+    err.is_amqp_soft_error()
+}
+
+/// RabbitMQ's 404 NOT_FOUND (a missing queue or exchange).
+pub fn is_not_found(err: &lapin::Error) -> bool {
+    use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+    matches!(
+        err.kind(),
+        lapin::ErrorKind::ProtocolError(e)
+            if matches!(e.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND))
+    )
+}
+
+/// Why a confirmed publish did not go through.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PublishError {
+    /// Mandatory and returned: no queue is bound for the key (for our own exchanges: a queue
+    /// of the topology is missing).
+    #[error("exchange {exchange:?} has no queue bound for key {routing_key:?}")]
+    Unroutable {
+        exchange: String,
+        routing_key: String,
+    },
+    /// The broker nacked it (an internal error, or a queue in reject-publish overflow).
+    #[error("the broker refused the publish to {exchange:?}")]
+    Nacked { exchange: String },
+    /// The channel was closed by a channel-level error: this publish's own (a missing exchange)
+    /// or another one's on the same channel; the connection is fine.
+    #[error("publish to {exchange:?} refused: {text}")]
+    ChannelClosed { exchange: String, text: String },
+    /// The connection is gone (or the channel closed for a reason of its own).
+    #[error("publishing to {exchange:?}: {text}")]
+    Broken { exchange: String, text: String },
+}
+
+impl PublishError {
+    fn from_lapin(exchange: &str, err: &lapin::Error) -> PublishError {
+        let exchange = exchange.to_string();
+        let text = describe(err);
+        if is_channel_error(err) {
+            PublishError::ChannelClosed { exchange, text }
+        } else {
+            PublishError::Broken { exchange, text }
+        }
+    }
+}
+
+/// Publishes and waits for the broker's confirm (the channel must be in confirm mode). With
+/// `mandatory`, an unroutable message is an error, not a silent drop.
+pub async fn publish_confirmed(
+    channel: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    properties: BasicProperties,
+    mandatory: bool,
+) -> Result<(), PublishError> {
+    let options = BasicPublishOptions {
+        mandatory,
+        ..BasicPublishOptions::default()
+    };
+    let confirm = channel
+        .basic_publish(
+            exchange.into(),
+            routing_key.into(),
+            options,
+            body,
+            properties,
+        )
+        .await
+        .map_err(|e| PublishError::from_lapin(exchange, &e))?
+        .await
+        .map_err(|e| PublishError::from_lapin(exchange, &e))?;
+    match confirm {
+        Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
+        Confirmation::Ack(Some(_)) => Err(PublishError::Unroutable {
+            exchange: exchange.to_string(),
+            routing_key: routing_key.to_string(),
+        }),
+        Confirmation::Nack(_) => Err(PublishError::Nacked {
+            exchange: exchange.to_string(),
+        }),
+    }
+}
+
+/// Opens a channel in confirm mode.
+pub async fn confirm_channel(conn: &Connection) -> Result<Channel, lapin::Error> {
+    let channel = conn.create_channel().await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    Ok(channel)
+}
+
+/// A confirm-mode channel shared by one connection's publishers. A channel error (a publish to
+/// a missing exchange) closes only the channel; the next caller gets a fresh one.
+pub struct Publisher {
+    conn: Arc<Connection>,
+    current: Mutex<Option<Channel>>,
+    /// Serializes reopening, so one closed channel is replaced once.
+    reopen: tokio::sync::Mutex<()>,
+}
+
+impl Publisher {
+    /// A publisher on `conn`; the channel opens on first use.
+    pub fn new(conn: Arc<Connection>) -> Publisher {
+        Publisher {
+            conn,
+            current: Mutex::new(None),
+            reopen: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The connection it publishes on.
+    pub fn connection(&self) -> &Arc<Connection> {
+        &self.conn
+    }
+
+    /// The open channel, reopened if the broker closed it.
+    pub async fn channel(&self) -> Result<Channel, lapin::Error> {
+        if let Some(channel) = self.open_channel() {
+            return Ok(channel);
+        }
+        let _reopening = self.reopen.lock().await;
+        if let Some(channel) = self.open_channel() {
+            return Ok(channel);
+        }
+        let channel = confirm_channel(&self.conn).await?;
+        *self.lock() = Some(channel.clone());
+        Ok(channel)
+    }
+
+    fn open_channel(&self) -> Option<Channel> {
+        self.lock()
+            .as_ref()
+            .filter(|c| c.status().connected())
+            .cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Channel>> {
+        // A panic while holding this lock cannot leave the Option half-written.
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publishes on the shared channel (see [`publish_confirmed`]).
+    pub async fn publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        properties: BasicProperties,
+        mandatory: bool,
+    ) -> Result<(), PublishError> {
+        let channel = self.channel().await.map_err(|e| PublishError::Broken {
+            exchange: exchange.to_string(),
+            text: format!("cannot open a channel: {}", describe(&e)),
+        })?;
+        publish_confirmed(&channel, exchange, routing_key, body, properties, mandatory).await
+    }
+
+    /// Closes the shared channel, if open.
+    pub async fn close(&self) {
+        let channel = self.lock().take();
+        if let Some(channel) = channel {
+            let _ = channel.close(200, "bye".into()).await;
+        }
     }
 }
 

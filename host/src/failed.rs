@@ -180,7 +180,7 @@ async fn replay_on(
         }
         if let Some(err) = first_error {
             let _ = channel.close(200, "stopping".into()).await;
-            return Err(err.context(format!(
+            return Err(anyhow::Error::new(err).context(format!(
                 "replay stopped after moving {moved} message(s); the others are still in {failed}"
             )));
         }

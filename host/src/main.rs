@@ -30,6 +30,8 @@ fn main() -> ExitCode {
             other => commands::dispatch(other).await,
         }
     });
+    // Tasks still running (a plugin compile on the blocking pool) must not hold up the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -49,6 +49,11 @@ pub struct Metrics {
     in_flight: Family<QueueLabel, Gauge>,
     reloads: Family<ResultLabel, Counter>,
     connected: Gauge,
+    blocked: Gauge,
+    repairing: Gauge,
+    topology_repairs: Counter,
+    dropped: Family<QueueLabel, Counter>,
+    blocked_reason: std::sync::Mutex<String>,
     consumers: AtomicI64,
     plugin_info: Family<PluginLabel, Gauge>,
     expected_consumers: AtomicI64,
@@ -74,6 +79,30 @@ impl Metrics {
         let in_flight = Family::<QueueLabel, Gauge>::default();
         let reloads = Family::<ResultLabel, Counter>::default();
         let connected = Gauge::default();
+        let blocked = Gauge::default();
+        let repairing = Gauge::default();
+        let topology_repairs = Counter::default();
+        let dropped = Family::<QueueLabel, Counter>::default();
+        registry.register(
+            "broker_blocked",
+            "1 while RabbitMQ blocks publishing (a memory or disk alarm)",
+            blocked.clone(),
+        );
+        registry.register(
+            "topology_repairing",
+            "1 while missing queues or exchanges are being declared again",
+            repairing.clone(),
+        );
+        registry.register(
+            "topology_repairs",
+            "Times the declared topology was found incomplete and declared again",
+            topology_repairs.clone(),
+        );
+        registry.register(
+            "dropped_results",
+            "Handler results dropped because their channel died (the broker redelivers)",
+            dropped.clone(),
+        );
         let plugin_info = Family::<PluginLabel, Gauge>::default();
         registry.register(
             "messages",
@@ -120,6 +149,11 @@ impl Metrics {
             in_flight,
             reloads,
             connected,
+            blocked,
+            repairing,
+            topology_repairs,
+            dropped,
+            blocked_reason: std::sync::Mutex::new(String::new()),
             consumers: AtomicI64::new(0),
             plugin_info,
             expected_consumers: AtomicI64::new(0),
@@ -151,6 +185,22 @@ impl Metrics {
             failed: self.failed.get_or_create(&label).clone(),
             duration: self.duration.get_or_create(&label).clone(),
             in_flight: self.in_flight.get_or_create(&label).clone(),
+            dropped: self.dropped.get_or_create(&label).clone(),
+        }
+    }
+
+    /// RabbitMQ blocked publishing (`Some(reason)`) or unblocked it (`None`).
+    pub fn set_blocked(&self, reason: Option<&str>) {
+        self.blocked.set(i64::from(reason.is_some()));
+        let mut text = self.blocked_reason.lock().unwrap_or_else(|e| e.into_inner());
+        *text = reason.unwrap_or_default().to_string();
+    }
+
+    /// Missing topology is being declared again (true), or that ended (false).
+    pub fn set_repairing(&self, repairing: bool) {
+        self.repairing.set(i64::from(repairing));
+        if repairing {
+            self.topology_repairs.inc();
         }
     }
 
@@ -167,12 +217,33 @@ impl Metrics {
         self.started.store(true, Ordering::Relaxed);
     }
 
-    /// Ready: connected, and every subscription has a consumer.
+    /// Ready: connected, publishing not blocked, topology complete, and every subscription
+    /// has a consumer. Otherwise the reason.
+    pub fn readiness(&self) -> Result<(), String> {
+        if !self.started.load(Ordering::Relaxed) {
+            return Err("starting".into());
+        }
+        if self.connected.get() != 1 {
+            return Err("not connected to RabbitMQ".into());
+        }
+        if self.blocked.get() == 1 {
+            let reason = self.blocked_reason.lock().unwrap_or_else(|e| e.into_inner());
+            return Err(format!("RabbitMQ blocks publishing: {reason}"));
+        }
+        if self.repairing.get() == 1 {
+            return Err("declaring missing queues or exchanges again".into());
+        }
+        let running = self.consumers.load(Ordering::Relaxed);
+        let expected = self.expected_consumers.load(Ordering::Relaxed);
+        if running < expected {
+            return Err(format!("{running} of {expected} subscriptions consuming"));
+        }
+        Ok(())
+    }
+
+    /// See [`Metrics::readiness`].
     pub fn ready(&self) -> bool {
-        self.started.load(Ordering::Relaxed)
-            && self.connected.get() == 1
-            && self.consumers.load(Ordering::Relaxed)
-                >= self.expected_consumers.load(Ordering::Relaxed)
+        self.readiness().is_ok()
     }
 
     /// Prometheus text, with the reload counters and plugin versions read at scrape time.
@@ -218,6 +289,7 @@ pub struct QueueMetrics {
     failed: Counter,
     duration: Histogram,
     in_flight: Gauge,
+    dropped: Counter,
 }
 
 impl QueueMetrics {
@@ -230,6 +302,11 @@ impl QueueMetrics {
     /// A message whose republish failed was left for the broker to redeliver.
     pub fn requeued(&self) {
         self.requeued.inc();
+    }
+
+    /// A handler result was dropped because its consumer channel died.
+    pub fn dropped(&self) {
+        self.dropped.inc();
     }
 
     /// A message was settled with `outcome` (`ok`, `retry`, `fail`, `retries-exhausted`) after

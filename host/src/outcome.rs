@@ -77,15 +77,21 @@ pub fn decide(
         Ok(Answer::Retry) => cause("handler answered retry"),
         Err(err) => err.to_string(),
     };
+    retry_or_park(retry_cause, attempt, max_retries)
+}
+
+/// A failure of call `attempt` that counts as a retry: retried, or parked once the retries are
+/// used up.
+pub fn retry_or_park(cause: String, attempt: u32, max_retries: u32) -> Decision {
     if attempt > max_retries {
         Decision::Park {
             reason: FailedReason::RetriesExhausted,
-            cause: retry_cause,
+            cause,
         }
     } else {
         Decision::Retry {
             retry: attempt,
-            cause: retry_cause,
+            cause,
         }
     }
 }

@@ -5,6 +5,7 @@ mod cli;
 mod common;
 mod consumer;
 mod delay;
+mod faults;
 mod failed;
 mod plugins;
 mod reload;

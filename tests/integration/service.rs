@@ -8,7 +8,7 @@
 //! Tests named `broker_restart_*` stop and start RabbitMQ: they must run alone
 //! (scripts/test.sh runs them after the rest, one at a time).
 
-mod support;
+pub(crate) mod support;
 
 use std::time::{Duration, Instant};
 

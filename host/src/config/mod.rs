@@ -43,6 +43,10 @@ pub struct Config {
 pub struct Broker {
     /// Cluster nodes, tried in turn; after the `WORKER_BROKER_URL` override; never empty.
     pub urls: Vec<String>,
+    /// How often the declared queues and exchanges are checked, and redeclared when missing.
+    pub topology_check: Duration,
+    /// The longest a SIGTERM drain may take.
+    pub shutdown_timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +96,8 @@ pub struct Subscription {
     pub timeout: Duration,
     /// Bytes of linear memory one plugin instance may grow to.
     pub memory_limit: u64,
+    /// Larger messages are parked untouched, never given to the plugin.
+    pub max_message_size: u64,
     pub queue_type: QueueType,
     /// Exchanges the plugin may publish to.
     pub publish: Vec<String>,

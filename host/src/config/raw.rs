@@ -32,6 +32,8 @@ pub struct RawConfig {
 pub struct RawBroker {
     pub url: Option<Spanned<BrokerUrl>>,
     pub urls: Option<Spanned<Vec<BrokerUrl>>>,
+    pub topology_check: Option<Spanned<DurationText>>,
+    pub shutdown_timeout: Option<Spanned<DurationText>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -80,6 +82,7 @@ pub struct RawSettings {
     pub retry_delays: Option<Spanned<Vec<DurationText>>>,
     pub timeout: Option<DurationText>,
     pub memory_limit: Option<Spanned<ByteSize>>,
+    pub max_message_size: Option<Spanned<ByteSize>>,
     pub queue_type: Option<QueueType>,
     pub publish: Option<Vec<Spanned<Name>>>,
 }
@@ -100,6 +103,7 @@ pub struct RawSubscription {
     pub retry_delays: Option<Spanned<Vec<DurationText>>>,
     pub timeout: Option<DurationText>,
     pub memory_limit: Option<Spanned<ByteSize>>,
+    pub max_message_size: Option<Spanned<ByteSize>>,
     pub queue_type: Option<QueueType>,
     pub publish: Option<Vec<Spanned<Name>>>,
 }

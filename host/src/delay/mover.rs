@@ -251,7 +251,7 @@ impl Delayer {
             Err(err) => err,
         };
         if exchange.is_empty() || exchange_exists(publisher.conn, exchange).await? {
-            return Err(err);
+            return Err(err.into());
         }
         warn!(
             exchange,

@@ -2,12 +2,14 @@
 //! plain list: printed by `worker-host topology`, declared idempotently by `declare`.
 
 mod declare;
+mod keeper;
 
 use std::fmt;
 
 use crate::config::{Config, ExchangeType, QueueType, Subscription};
 
 pub use declare::{Inequivalent, ObjectKind, TopologyError};
+pub use keeper::Keeper;
 
 /// Everything to declare, in declaration order: exchanges, then queues, then bindings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

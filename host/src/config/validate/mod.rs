@@ -28,6 +28,11 @@ const DEFAULT_MAX_RETRIES: u32 = 3;
 const DEFAULT_RETRY_DELAY: &str = "30s";
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_MEMORY_LIMIT: u64 = 64 << 20;
+const DEFAULT_MAX_MESSAGE_SIZE: u64 = 64 << 20;
+/// RabbitMQ's own ceiling for a message body.
+const MAX_MAX_MESSAGE_SIZE: u64 = 512 << 20;
+const DEFAULT_TOPOLOGY_CHECK: Duration = Duration::from_secs(30);
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// One wasm page; a plugin cannot run in less.
 const MIN_MEMORY_LIMIT: u64 = 64 << 10;
 /// The whole 32-bit address space of a wasm32 module.
@@ -169,6 +174,18 @@ impl Checker<'_> {
             Some(b) => (b.url.as_ref(), b.urls.as_ref()),
             None => (None, None),
         };
+        // DurationText refuses zero in the first pass.
+        let duration = |d: Option<&Spanned<DurationText>>, default| {
+            d.map_or(default, |d| d.get_ref().duration)
+        };
+        let topology_check = duration(
+            raw.broker.as_ref().and_then(|b| b.topology_check.as_ref()),
+            DEFAULT_TOPOLOGY_CHECK,
+        );
+        let shutdown_timeout = duration(
+            raw.broker.as_ref().and_then(|b| b.shutdown_timeout.as_ref()),
+            DEFAULT_SHUTDOWN_TIMEOUT,
+        );
         if let (Some(_), Some(urls)) = (url, urls) {
             self.error(
                 Some(urls.span()),
@@ -189,6 +206,8 @@ impl Checker<'_> {
             }
             return Broker {
                 urls: vec![env.to_string()],
+                topology_check,
+                shutdown_timeout,
             };
         }
         let urls: Vec<String> = match (url, urls) {
@@ -205,7 +224,11 @@ impl Checker<'_> {
                 Vec::new()
             }
         };
-        Broker { urls }
+        Broker {
+            urls,
+            topology_check,
+            shutdown_timeout,
+        }
     }
 
     fn exchanges(&mut self, raw: &RawConfig) -> Exchanges {

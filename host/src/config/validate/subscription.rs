@@ -121,6 +121,23 @@ impl Checker<'_> {
             }
         }
 
+        let max_message_size = sub
+            .max_message_size
+            .as_ref()
+            .or(defaults.max_message_size.as_ref());
+        if let Some(size) = max_message_size {
+            let bytes = size.get_ref().0;
+            if !(1..=MAX_MAX_MESSAGE_SIZE).contains(&bytes) {
+                self.error(
+                    Some(size.span()),
+                    format!(
+                        "expected max_message_size between 1B and 512MiB (RabbitMQ's own \
+                         ceiling), got {bytes} bytes"
+                    ),
+                );
+            }
+        }
+
         let publish = sub.publish.as_ref().or(defaults.publish.as_ref());
         let mut publish_names = Vec::new();
         for ex in publish.into_iter().flatten() {
@@ -159,6 +176,7 @@ impl Checker<'_> {
                 .or(defaults.timeout.as_ref())
                 .map_or(DEFAULT_TIMEOUT, |t| t.duration),
             memory_limit: memory_limit.map_or(DEFAULT_MEMORY_LIMIT, |m| m.get_ref().0),
+            max_message_size: max_message_size.map_or(DEFAULT_MAX_MESSAGE_SIZE, |m| m.get_ref().0),
             queue_type: sub.queue_type.or(defaults.queue_type).unwrap_or_default(),
             publish: publish_names,
             config: sub.config.as_ref().map_or_else(

@@ -1,0 +1,202 @@
+//! One subscription's consumer: prefetch-limited deliveries, `concurrency` handler calls in
+//! flight, and for each message a confirmed republish (retry, failed, plugin publishes) before
+//! the ack. Acks, confirms and handler calls of different messages overlap; acks go out in
+//! batches (see `acks`). A channel error stays the size of a channel: the consumer ends and is
+//! started again on a fresh channel, and a handler result whose channel died is dropped.
+
+mod acks;
+mod delivery;
+mod settle;
+mod strikes;
+
+use std::sync::Arc;
+
+use self::acks::Acks;
+use self::delivery::ChannelDeath;
+use self::strikes::Strikes;
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use futures_util::StreamExt;
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use lapin::Connection;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::debug;
+
+pub use crate::broker::publish_confirmed;
+use crate::broker::{self, Publisher};
+use crate::config::{Exchanges, Subscription};
+use crate::delay::Delayer;
+use crate::metrics::{Metrics, QueueMetrics};
+use crate::plugin::{Limits, Plugin, PublishPolicy};
+use crate::topology::Keeper;
+
+/// What a consumer uses of its connection: the connection itself, the shared confirm-mode
+/// publisher, and the keeper of the topology declared on it.
+#[derive(Clone)]
+pub struct Link {
+    pub conn: Arc<Connection>,
+    pub publisher: Arc<Publisher>,
+    pub keeper: Arc<Keeper>,
+}
+
+/// Everything a subscription's consumer needs; lives across reconnects and reloads.
+pub struct Subscriber {
+    /// The subscription as configured.
+    pub sub: Arc<Subscription>,
+    /// Names of the master, retry and failed exchanges.
+    pub exchanges: Arc<Exchanges>,
+    /// The plugin version new calls use; swapped by hot reload.
+    pub plugin: Arc<ArcSwap<Plugin>>,
+    config_json: Arc<str>,
+    policy: Arc<PublishPolicy>,
+    limits: Limits,
+    delayer: Option<Delayer>,
+    metrics: QueueMetrics,
+    /// Messages whose call outlived the broker's consumer timeout, by identity.
+    strikes: Strikes,
+}
+
+impl Subscriber {
+    /// Prepares a subscription to run `plugin`.
+    pub fn new(
+        sub: Arc<Subscription>,
+        exchanges: Arc<Exchanges>,
+        plugin: Arc<ArcSwap<Plugin>>,
+        delayer: Option<Delayer>,
+        metrics: Arc<Metrics>,
+    ) -> Subscriber {
+        let config_json: Arc<str> = sub.config.to_string().into();
+        let policy = Arc::new(PublishPolicy {
+            allowed_exchanges: sub.publish.clone(),
+            max_delay: delayer.as_ref().map(Delayer::max_delay),
+            ..PublishPolicy::default()
+        });
+        let limits = Limits {
+            timeout: sub.timeout,
+            memory_limit: sub.memory_limit,
+        };
+        let metrics = metrics.for_queue(&sub.queue);
+        Subscriber {
+            sub,
+            exchanges,
+            plugin,
+            config_json,
+            policy,
+            limits,
+            delayer,
+            metrics,
+            strikes: Strikes::default(),
+        }
+    }
+
+    /// Consumes until `cancel` fires or the channel fails. Returns once every message it took
+    /// has been settled (acked, or left unacked for the broker to redeliver).
+    pub async fn consume(
+        self: Arc<Self>,
+        link: Link,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let queue = self.sub.queue.as_str();
+        let channel = link
+            .conn
+            .create_channel()
+            .await
+            .context("opening a consumer channel")?;
+        channel
+            .basic_qos(self.sub.prefetch, BasicQosOptions::default())
+            .await
+            .context("setting prefetch")?;
+        let consumed = channel
+            .basic_consume(
+                queue.into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await;
+        let mut deliveries = match consumed {
+            Ok(deliveries) => deliveries,
+            Err(err) => {
+                if broker::is_not_found(&err) {
+                    let why = format!("queue \"{queue}\" is missing");
+                    let _ = link.keeper.repair(&why).await;
+                }
+                return Err(anyhow::Error::new(err).context(format!("consuming {queue}")));
+            }
+        };
+        let tag = deliveries.tag();
+        debug!(queue, consumer_tag = %tag, "consuming");
+
+        let calls = Arc::new(Semaphore::new(self.sub.concurrency as usize));
+        let tasks = TaskTracker::new();
+        // Half the prefetch window at most waits for a lower tag to settle (prefetch 0 is
+        // unlimited).
+        let hold_limit = match self.sub.prefetch {
+            0 => 64,
+            p => usize::from(p / 2),
+        };
+        let (acks, ack_task) = Acks::start(channel.clone(), hold_limit);
+        let death = Arc::new(ChannelDeath::default());
+        let result = loop {
+            // Take a handler slot first, so a delivery is only pulled when it can run.
+            let permit = tokio::select! {
+                _ = cancel.cancelled() => break Ok(()),
+                permit = calls.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break Ok(()), // The semaphore is never closed.
+                },
+            };
+            let delivery = tokio::select! {
+                _ = cancel.cancelled() => break Ok(()),
+                next = deliveries.next() => next,
+            };
+            match delivery {
+                Some(Ok(delivery)) => {
+                    acks.received(delivery.delivery_tag);
+                    let this = self.clone();
+                    let (link, acks, channel) = (link.clone(), acks.clone(), channel.clone());
+                    let death = death.clone();
+                    tasks.spawn(async move {
+                        let call = settle::Call {
+                            link: &link,
+                            acks: &acks,
+                            channel: &channel,
+                            death: &death,
+                        };
+                        this.handle(delivery, call, permit).await;
+                    });
+                }
+                Some(Err(err)) => {
+                    death.record(&err);
+                    break Err(anyhow::Error::new(err).context(format!("consuming {queue}")));
+                }
+                None => {
+                    if channel.status().connected() {
+                        let why = format!("the broker cancelled the consumer of \"{queue}\"");
+                        let _ = link.keeper.repair(&why).await;
+                    }
+                    break Err(anyhow::anyhow!(
+                        "the broker cancelled the consumer of {queue}"
+                    ));
+                }
+            }
+        };
+        // Stop new deliveries; what was prefetched but not started goes back when the channel
+        // closes. In-flight calls finish (bounded by their timeout) and settle.
+        if result.is_ok() {
+            let _ = channel
+                .basic_cancel(tag.clone(), BasicCancelOptions::default())
+                .await;
+        }
+        tasks.close();
+        tasks.wait().await;
+        // Every handler has settled: the last acks go out before the channel closes.
+        acks.close();
+        let _ = ack_task.await;
+        let _ = channel.close(200, "bye".into()).await;
+        result
+    }
+}

@@ -1,0 +1,374 @@
+//! One delivery from arrival to settlement: the checks that need no plugin (size, consumer
+//! timeout strikes), the plugin call, the decision, the confirmed publishes it needs, then the
+//! ack, or a requeue when the broker could not take the publishes.
+//!
+//! Blame stays with the message that earned it: a plugin publish the broker refuses (a missing
+//! exchange) closes the shared publisher channel for every message on it, so publishes that
+//! failed that way are tried again alone on a private channel; only a message whose own publish
+//! is refused there is retried, with the broker's reason.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use lapin::{BasicProperties, Channel};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::{debug, error, warn};
+
+use super::acks::Acks;
+use super::delivery::{ChannelDeath, Received, identity};
+use super::{Link, Subscriber};
+use crate::broker::{self, PublishError};
+use crate::outcome::{self, Decision, FailedReason, Stamp};
+use crate::plugin::{Input, Plugin, Publish};
+
+/// Persistent delivery mode.
+const PERSISTENT: u8 = 2;
+
+/// The consumer's side of one handler task.
+pub(super) struct Call<'a> {
+    pub link: &'a Link,
+    pub acks: &'a Acks,
+    /// The consumer channel the delivery came on.
+    pub channel: &'a Channel,
+    pub death: &'a ChannelDeath,
+}
+
+/// Why a message's plugin publishes did not go out.
+enum Blame {
+    /// The broker refused this message's own publish: the message is retried with this cause.
+    Message(String),
+    /// The broker could not take them now: the message is requeued.
+    Broker(PublishError),
+}
+
+impl Subscriber {
+    /// Runs one delivery through the plugin and settles it. Never fails: problems are logged
+    /// and the message is left for the broker to redeliver.
+    pub(super) async fn handle(
+        &self,
+        delivery: lapin::message::Delivery,
+        call: Call<'_>,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let (input, received) = self.receive(delivery);
+        let plugin = self.plugin.load_full();
+        let (decision, publishes, elapsed) = match self.precheck(&input, received.redelivered) {
+            Some(decision) => (decision, Vec::new(), Duration::ZERO),
+            None => {
+                let in_flight = self.metrics.call_started();
+                let invocation = plugin.handle(input.clone(), &self.limits).await;
+                drop(in_flight);
+                invocation.emit_logs(&plugin, &self.sub.queue);
+                let decision = outcome::decide(
+                    &invocation.answer,
+                    invocation.reason.as_deref(),
+                    input.meta.attempt,
+                    self.sub.max_retries,
+                );
+                (decision, invocation.publishes, invocation.elapsed)
+            }
+        };
+        drop(permit);
+        // A call whose channel died publishes nothing and acks nothing: the broker redelivers
+        // the message, and that copy is the only one that goes on.
+        if !call.channel.status().connected() {
+            self.drop_result(&input, &received, call.death).await;
+            return;
+        }
+        let settled = self
+            .publish(decision, publishes, &input, &received, &plugin, call.link)
+            .await;
+        self.settle(settled, &input, &received, &plugin, elapsed, &call)
+            .await;
+    }
+
+    /// A decision that needs no plugin call: a message over `max_message_size` is parked
+    /// untouched; a redelivery of a message whose call outlived the consumer timeout counts as
+    /// that failed call.
+    fn precheck(&self, input: &Input, redelivered: bool) -> Option<Decision> {
+        let size = input.body.len() as u64;
+        if size > self.sub.max_message_size {
+            return Some(Decision::Park {
+                reason: FailedReason::Fail,
+                cause: format!(
+                    "message of {size} bytes is larger than max_message_size ({} bytes); \
+                     parked without running the plugin",
+                    self.sub.max_message_size
+                ),
+            });
+        }
+        if redelivered && !self.strikes.is_empty() {
+            let cause = self.strikes.take(&identity(input))?;
+            return Some(outcome::retry_or_park(
+                cause,
+                input.meta.attempt,
+                self.sub.max_retries,
+            ));
+        }
+        None
+    }
+
+    /// The result of a call whose consumer channel died is dropped. If the broker gave up on
+    /// this very message (consumer timeout), its redelivery will count as this failed call.
+    async fn drop_result(&self, input: &Input, received: &Received, death: &ChannelDeath) {
+        self.metrics.dropped();
+        let queue = self.sub.queue.as_str();
+        let message_id = input.meta.message_id.as_deref().unwrap_or("");
+        match death.timeout_cause(received.at).await {
+            Some(cause) => {
+                warn!(
+                    queue,
+                    message_id,
+                    attempt = input.meta.attempt,
+                    "result dropped, the call outlived the broker's consumer timeout; its \
+                     redelivery counts as a failed call ({cause})"
+                );
+                self.strikes.add(identity(input), cause);
+            }
+            None => debug!(
+                queue,
+                message_id, "result dropped: the channel closed; the broker redelivers"
+            ),
+        }
+    }
+
+    /// Sends what `decision` needs, confirmed; returns the decision that was carried out (an
+    /// ok whose publish the broker refused becomes a retry).
+    async fn publish(
+        &self,
+        decision: Decision,
+        publishes: Vec<Publish>,
+        input: &Input,
+        received: &Received,
+        plugin: &Plugin,
+        link: &Link,
+    ) -> Result<Decision, PublishError> {
+        let decision = match decision {
+            Decision::Ack => match self.send_publishes(link, input, &publishes).await {
+                Ok(()) => return Ok(Decision::Ack),
+                Err(Blame::Broker(err)) => return Err(err),
+                Err(Blame::Message(cause)) => {
+                    outcome::retry_or_park(cause, input.meta.attempt, self.sub.max_retries)
+                }
+            },
+            other => other,
+        };
+        let (exchange, key, cause, failed) = match &decision {
+            Decision::Ack => return Ok(Decision::Ack),
+            Decision::Retry { retry, cause } => {
+                let delay = self.sub.delay_for_retry(*retry);
+                let key = self.sub.retry_queue_name(delay);
+                (self.exchanges.retry.as_str(), key, cause, None)
+            }
+            Decision::Park { reason, cause } => {
+                let key = self.sub.queue.clone();
+                (self.exchanges.failed.as_str(), key, cause, Some(*reason))
+            }
+        };
+        let stamp = Stamp {
+            routing_key: &received.routing_key,
+            attempts: input.meta.attempt,
+            cause,
+            plugin: plugin.name(),
+            plugin_sha256: plugin.sha256(),
+            failed,
+        };
+        let props = republished(&received.properties, &stamp);
+        republish(link, exchange, &key, &input.body, props).await?;
+        Ok(decision)
+    }
+
+    /// Acks once published; otherwise leaves the message for the broker to redeliver.
+    async fn settle(
+        &self,
+        settled: Result<Decision, PublishError>,
+        input: &Input,
+        received: &Received,
+        plugin: &Plugin,
+        elapsed: Duration,
+        call: &Call<'_>,
+    ) {
+        let queue = self.sub.queue.as_str();
+        let message_id = input.meta.message_id.as_deref().unwrap_or("");
+        let attempt = input.meta.attempt;
+        let sha = plugin.short_sha();
+        let decision = match settled {
+            Ok(decision) => decision,
+            Err(err) => {
+                self.metrics.requeued();
+                error!(
+                    queue,
+                    message_id, attempt, "not acked, the broker will redeliver: {err}"
+                );
+                // Back off a little so a broken route does not spin. With the channel gone
+                // there is nothing to nack: the broker requeues it.
+                if call.channel.status().connected() {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                if let Err(err) = call.acks.nack_requeue(received.tag).await {
+                    debug!(queue, message_id, "nack failed (the channel is gone): {err}");
+                }
+                return;
+            }
+        };
+        // Acked soon, possibly with others (see `acks`); never before this point.
+        call.acks.settled(received.tag);
+        self.metrics.handled(decision_name(&decision), elapsed);
+        match &decision {
+            Decision::Ack => debug!(queue, message_id, attempt, "handled"),
+            Decision::Retry { retry, cause } => {
+                let delay = &self.sub.delay_for_retry(*retry).text;
+                warn!(queue, message_id, attempt, plugin = %sha, delay = %delay, cause = %cause, "retry");
+            }
+            Decision::Park { reason, cause } => {
+                warn!(queue, message_id, attempt, plugin = %sha, reason = reason.as_str(), cause = %cause, "parked in {}", self.sub.failed_queue());
+            }
+        }
+    }
+
+    /// Publishes what the plugin buffered, all at once, and waits for every confirm.
+    async fn send_publishes(
+        &self,
+        link: &Link,
+        input: &Input,
+        publishes: &[Publish],
+    ) -> Result<(), Blame> {
+        if publishes.is_empty() {
+            return Ok(());
+        }
+        let shared = link.publisher.channel().await.map_err(|e| {
+            Blame::Broker(PublishError::Broken {
+                exchange: String::new(),
+                text: format!("cannot open a publisher channel: {}", broker::describe(&e)),
+            })
+        })?;
+        let sends = publishes.iter().map(|p| self.send_one(&shared, input, p));
+        let results = join_all(sends).await;
+        let mut failed = Vec::new();
+        for (publish, result) in publishes.iter().zip(results) {
+            match result {
+                Ok(()) => {}
+                Err(PublishError::ChannelClosed { .. }) => failed.push(publish),
+                Err(err) => return Err(Blame::Broker(err)),
+            }
+        }
+        if failed.is_empty() {
+            return Ok(());
+        }
+        // The shared channel closed, by this message's fault or another's: try again alone.
+        let private = broker::confirm_channel(&link.conn).await.map_err(|e| {
+            Blame::Broker(PublishError::Broken {
+                exchange: String::new(),
+                text: broker::describe(&e),
+            })
+        })?;
+        let mut outcome = Ok(());
+        for publish in failed {
+            match self.send_one(&private, input, publish).await {
+                Ok(()) => continue,
+                Err(err @ PublishError::ChannelClosed { .. }) => {
+                    outcome = Err(Blame::Message(err.to_string()));
+                }
+                Err(err) => outcome = Err(Blame::Broker(err)),
+            }
+            break;
+        }
+        let _ = private.close(200, "bye".into()).await;
+        outcome
+    }
+
+    /// Publishes one buffered message (through the delay levels when it has a delay).
+    async fn send_one(
+        &self,
+        channel: &Channel,
+        input: &Input,
+        p: &Publish,
+    ) -> Result<(), PublishError> {
+        let mut props = BasicProperties::default().with_delivery_mode(PERSISTENT);
+        let meta = &input.meta;
+        if let Some(id) = meta.correlation_id.as_deref().or(meta.message_id.as_deref()) {
+            props = props.with_correlation_id(id.into());
+        }
+        let Some(delay) = p.delay else {
+            return broker::publish_confirmed(
+                channel,
+                &p.exchange,
+                &p.routing_key,
+                &p.body,
+                props,
+                false,
+            )
+            .await;
+        };
+        // The import refuses delays unless [delay] is configured.
+        let Some(delayer) = self.delayer.as_ref() else {
+            return Err(PublishError::Broken {
+                exchange: p.exchange.clone(),
+                text: "delayed publish without [delay]".into(),
+            });
+        };
+        delayer
+            .publish(channel, &p.exchange, &p.routing_key, &p.body, props, delay)
+            .await
+            .map_err(|err| match err.downcast_ref::<PublishError>() {
+                Some(err) => err.clone(),
+                None => PublishError::Broken {
+                    exchange: p.exchange.clone(),
+                    text: format!("{err:#}"),
+                },
+            })
+    }
+}
+
+/// Republishes to one of our own exchanges, mandatory. When it comes back unroutable or the
+/// exchange is missing, the topology is declared again and the publish tried once more; when
+/// another publish closed the shared channel, it is tried once more on a fresh one.
+async fn republish(
+    link: &Link,
+    exchange: &str,
+    key: &str,
+    body: &[u8],
+    props: BasicProperties,
+) -> Result<(), PublishError> {
+    let mut tried_again = false;
+    loop {
+        let err = match link
+            .publisher
+            .publish(exchange, key, body, props.clone(), true)
+            .await
+        {
+            Ok(()) => return Ok(()),
+            Err(err) => err,
+        };
+        let missing = match &err {
+            PublishError::Unroutable { .. } => true,
+            PublishError::ChannelClosed { text, .. } => text.contains("NOT_FOUND"),
+            _ => return Err(err),
+        };
+        if tried_again {
+            return Err(err);
+        }
+        tried_again = true;
+        if missing {
+            // A failed repair shows in the second publish's error.
+            let _ = link.keeper.repair(&err.to_string()).await;
+        }
+    }
+}
+
+/// The original properties with the host's headers, persistent.
+fn republished(properties: &BasicProperties, stamp: &Stamp<'_>) -> BasicProperties {
+    let headers = outcome::stamp_headers(properties.headers().as_ref(), stamp);
+    properties
+        .clone()
+        .with_headers(headers)
+        .with_delivery_mode(PERSISTENT)
+}
+
+fn decision_name(decision: &Decision) -> &'static str {
+    match decision {
+        Decision::Ack => "ok",
+        Decision::Retry { .. } => "retry",
+        Decision::Park { reason, .. } => reason.as_str(),
+    }
+}

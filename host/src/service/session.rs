@@ -1,0 +1,190 @@
+//! One connection's session: its consumers, the delay mover, the topology keeper, and the
+//! events that end it (shutdown, the connection lost) or change it (a config reload, a
+//! consumer that stopped, the broker blocking publishing).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use lapin::Connection;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::consumers::{Consumers, Ended as ConsumerEnded};
+use super::{Service, Shutdown, close_within, config_change};
+use crate::broker::{self, Publisher};
+use crate::consumer::Link;
+use crate::reload::Change;
+use crate::topology::{Keeper, Plan};
+
+/// Why a session ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Ended {
+    Shutdown,
+    Lost,
+}
+
+impl Service {
+    /// Runs every subscription on `conn` (whose topology `plan` was just declared) until
+    /// shutdown or until the connection is lost.
+    pub(super) async fn session(
+        &mut self,
+        conn: Arc<Connection>,
+        plan: Plan,
+        shutdown: Shutdown<'_>,
+    ) -> Ended {
+        let link = Link {
+            publisher: Arc::new(Publisher::new(conn.clone())),
+            keeper: Arc::new(Keeper::new(conn.clone(), plan, self.metrics.clone())),
+            conn: conn.clone(),
+        };
+        self.metrics.set_blocked(None);
+        self.metrics.set_connected(true);
+        let mut consumers = Consumers::new();
+        for subscriber in self.state.subscribers.values() {
+            consumers.start(&link, subscriber.clone());
+        }
+        info!(subscriptions = consumers.running.len(), "consuming");
+        self.count_consumers(&consumers);
+        let helpers = self.start_helpers(&link);
+
+        let ended = self.events(&link, &mut consumers, shutdown).await;
+        self.metrics.set_connected(false);
+        helpers.cancel.cancel();
+        let mut tasks = helpers.tasks;
+        while tasks.join_next().await.is_some() {}
+        if ended == Ended::Shutdown {
+            info!("shutting down: draining in-flight messages");
+            let grace = self.state.config.broker.shutdown_timeout;
+            let drain = async {
+                consumers.drain().await;
+                link.publisher.close().await;
+                let _ = conn.close(200, "worker-host stopping".into()).await;
+            };
+            match tokio::time::timeout(grace, drain).await {
+                Ok(()) => info!("drained; bye"),
+                Err(_) => warn!(
+                    "shutdown_timeout ({}) reached: messages not yet settled stay unacked and \
+                     the broker redelivers them",
+                    humantime::format_duration(grace)
+                ),
+            }
+            return Ended::Shutdown;
+        }
+        self.orphaned.spawn(async move {
+            consumers.drain().await;
+            close_within(&link.conn, Duration::from_secs(5), "worker-host reconnecting").await;
+        });
+        while self.orphaned.try_join_next().is_some() {}
+        Ended::Lost
+    }
+
+    /// The delay mover and the topology keeper of this connection.
+    fn start_helpers(&self, link: &Link) -> Helpers {
+        let cancel = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let every = self.state.config.broker.topology_check;
+        tasks.spawn(link.keeper.clone().run(every, cancel.clone()));
+        if let Some(delayer) = self.state.delayer.clone() {
+            let (conn, cancel) = (link.conn.clone(), cancel.clone());
+            tasks.spawn(async move { delayer.mover_loop(&conn, cancel).await });
+        }
+        Helpers { cancel, tasks }
+    }
+
+    /// Handles the session's events until shutdown or the connection is lost.
+    async fn events(
+        &mut self,
+        link: &Link,
+        consumers: &mut Consumers,
+        mut shutdown: Shutdown<'_>,
+    ) -> Ended {
+        // Connection errors reach the consumers only once their in-flight calls end; this
+        // hears them at once, so readiness drops and the reconnect starts without waiting.
+        let mut events = link.conn.events_listener();
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return Ended::Shutdown,
+                Some(event) = events.next() => match event {
+                    lapin::Event::Error(err) => {
+                        // A channel error closes one channel; its owner reopens it.
+                        if broker::is_channel_error(&err) && link.conn.status().connected() {
+                            debug!("a channel was closed by the broker: {err}");
+                            continue;
+                        }
+                        warn!("lost the connection to RabbitMQ: {err}");
+                        return Ended::Lost;
+                    }
+                    lapin::Event::ConnectionBlocked(reason) => {
+                        warn!("RabbitMQ blocks publishing (confirms wait until it unblocks): {reason}");
+                        self.metrics.set_blocked(Some(&reason));
+                    }
+                    lapin::Event::ConnectionUnblocked => {
+                        info!("RabbitMQ unblocked publishing");
+                        self.metrics.set_blocked(None);
+                    }
+                    _ => {}
+                },
+                Some(change) = self.changes.recv() => {
+                    if change == Change::Config {
+                        config_change::apply_config_change(&mut self.state, link, consumers).await;
+                        self.count_consumers(consumers);
+                    }
+                }
+                Some(ended) = consumers.tasks.join_next() => {
+                    let Ok(ended) = ended else {
+                        error!("a consumer task failed");
+                        continue;
+                    };
+                    if !self.consumer_ended(ended, link, consumers, shutdown.as_mut()).await {
+                        return if link.conn.status().connected() { Ended::Shutdown } else { Ended::Lost };
+                    }
+                }
+            }
+        }
+    }
+
+    /// A consumer ended on its own: restart it after a pause if the connection is fine.
+    /// False when the session must end (connection lost, or shutdown during the pause).
+    async fn consumer_ended(
+        &mut self,
+        (queue, id, result): ConsumerEnded,
+        link: &Link,
+        consumers: &mut Consumers,
+        shutdown: Shutdown<'_>,
+    ) -> bool {
+        if !consumers.is_current(&queue, id) {
+            return true; // Stopped on purpose (removed or restarted).
+        }
+        consumers.running.remove(&queue);
+        self.count_consumers(consumers);
+        match result {
+            Ok(()) => warn!(queue, "consumer stopped"),
+            Err(err) => warn!(queue, "consumer stopped: {err:#}; starting it again"),
+        }
+        if !link.conn.status().connected() {
+            return false;
+        }
+        tokio::select! {
+            _ = shutdown => return false,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        if let Some(subscriber) = self.state.subscribers.get(&queue) {
+            consumers.start(link, subscriber.clone());
+        }
+        self.count_consumers(consumers);
+        true
+    }
+
+    fn count_consumers(&self, consumers: &Consumers) {
+        self.metrics
+            .set_consumers(self.state.subscribers.len(), consumers.running.len());
+    }
+}
+
+/// Tasks that live as long as one connection.
+struct Helpers {
+    cancel: CancellationToken,
+    tasks: JoinSet<()>,
+}

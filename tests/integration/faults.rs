@@ -1,0 +1,310 @@
+//! Broker-side faults stay as small as they are (SPEC section 7): a plugin publishing to a
+//! missing exchange, deleted queues and exchanges, the broker's consumer timeout, a resource
+//! alarm during shutdown, an oversized message. Each counts the host's connections through a
+//! forwarder and every message by the index in its body.
+//!
+//! Tests named `broker_global_*` change settings of the whole broker (an alarm, the consumer
+//! timeout) and restore them in every outcome: they must run alone (scripts/test.sh runs every
+//! `broker_*` test after the rest, one at a time).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use crate::common::{self, Service};
+use crate::service::support::{
+    Host, body, depth, drain, free_addr, http_get, wait_depth, wait_status,
+};
+use support::*;
+
+/// A plugin publish to an exchange that does not exist: one channel closes, never the
+/// connection; the message is retried with the broker's reason and ends parked; every other
+/// message, and a second subscription, go on; nothing is published twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_to_a_missing_exchange_closes_one_channel_not_the_connection() {
+    let n = Faults::new("missing-ex");
+    let fwd = crate::forwarder::Forwarder::start().await;
+    let admin = free_addr();
+    let missing = format!("{}.nowhere", n.p);
+    let toml = n.toml(
+        &fwd.url(),
+        Some(admin),
+        &format!(
+            "publish = [\"{out}\", \"{missing}\"]\nmax_retries = 2\nretry_delays = [\"200ms\"]\n\
+             prefetch = 20\nconcurrency = 4\n\n{second}",
+            out = n.out(),
+            second = n.second_subscription(),
+        ),
+    );
+    let service = Service::start(&toml, &[("script.wasm", &script())]).await;
+    let conn = common::connect().await;
+    common::wait_consuming(&conn, &n.q()).await;
+    common::wait_consuming(&conn, &n.q2()).await;
+
+    let bad = |i: u32| i % 10 == 3;
+    let messages = (0..200).map(|i| {
+        let to = if bad(i) { missing.clone() } else { n.out() };
+        (n.q(), body(b'o', i), to)
+    });
+    let second = (1000..1050).map(|i| (n.q2(), body(b'o', i), n.out()));
+    publish_to(&conn, &n.master(), messages.chain(second)).await;
+
+    wait_depth(&conn, &n.seen(), 230, Duration::from_secs(60)).await;
+    wait_depth(&conn, &n.failed(), 20, Duration::from_secs(60)).await;
+    let ready = http_get(admin, "/readyz").await;
+    service.stop().await;
+
+    let seen = drain(&conn, &n.seen()).await;
+    let mut expected: Vec<u32> = (0..200).filter(|i| !bad(*i)).chain(1000..1050).collect();
+    let mut got = seen.clone();
+    got.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(got, expected, "every good message published exactly once");
+    let parked = drain_parked(&conn, &n.failed()).await;
+    assert_eq!(parked.len(), 20, "every bad message parked once");
+    for (i, headers) in &parked {
+        assert!(bad(*i), "message {i} should not be parked");
+        let error = &headers["worker-error"];
+        assert!(
+            error.contains(&format!("publish to \"{missing}\" refused")) && error.contains("NOT_FOUND"),
+            "worker-error names the broker's reason: {error}"
+        );
+        assert_eq!(headers["worker-failed-reason"], "retries-exhausted");
+        assert_eq!(headers["worker-attempts"], "3");
+    }
+    assert_eq!(fwd.accepted(), 1, "one connection for the whole test");
+    assert_eq!(ready.map(|r| r.0), Some(200), "ready while channels come and go");
+    println!(
+        "FIGURES missing exchange: {} good handled once, 20 parked, {} connection(s)",
+        seen.len(),
+        fwd.accepted()
+    );
+    n.cleanup().await;
+}
+
+/// Deleted retry and failed queues are declared again when a republish to them comes back
+/// unroutable; the message reaches them, and "parked" is only said of what was parked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_retry_and_failed_queues_are_declared_again() {
+    let n = Faults::new("deleted-q");
+    let fwd = crate::forwarder::Forwarder::start().await;
+    let admin = free_addr();
+    let toml = n.toml(
+        &fwd.url(),
+        Some(admin),
+        "max_retries = 1\nretry_delays = [\"1s\"]",
+    );
+    let service = Service::start(&toml, &[("script.wasm", &script())]).await;
+    let conn = common::connect().await;
+    common::wait_consuming(&conn, &n.q()).await;
+    let ch = conn.create_channel().await.expect("channel");
+    for q in [n.retry("1s"), n.failed()] {
+        ch.queue_delete(q.as_str().into(), Default::default())
+            .await
+            .expect("delete");
+    }
+    // Retry forever: each message goes round the retry queue once, then is parked.
+    let messages = (0..5).map(|i| (n.q(), body(b'r', i), n.out()));
+    publish_to(&conn, &n.master(), messages).await;
+
+    wait_depth(&conn, &n.failed(), 5, Duration::from_secs(30)).await;
+    let metrics = http_get(admin, "/metrics").await.expect("metrics").1;
+    service.stop().await;
+    let parked = drain_parked(&conn, &n.failed()).await;
+    assert_eq!(parked.len(), 5);
+    for (_, headers) in &parked {
+        assert_eq!(headers["worker-attempts"], "2", "went round the retry queue once");
+    }
+    assert_eq!(metric(&metrics, "worker_messages_total", "outcome=\"requeued\""), 0.0);
+    assert!(metric(&metrics, "worker_topology_repairs_total", "") >= 1.0);
+    assert_eq!(fwd.accepted(), 1, "one connection for the whole test");
+    n.cleanup().await;
+}
+
+/// The master exchange deleted while messages wait in a retry queue: the periodic check
+/// declares it again before they are due, so none is dead-lettered into nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_exchange_is_declared_again_before_retries_come_due() {
+    let n = Faults::new("deleted-ex");
+    let fwd = crate::forwarder::Forwarder::start().await;
+    let admin = free_addr();
+    let toml = n.toml(&fwd.url(), Some(admin), "retry_delays = [\"4s\"]")
+        .replace("[broker]\n", "[broker]\ntopology_check = \"500ms\"\n");
+    let service = Service::start(&toml, &[("script.wasm", &script())]).await;
+    let conn = common::connect().await;
+    common::wait_consuming(&conn, &n.q()).await;
+    // Retry once, then ok (published to `seen`).
+    let messages = (0..10).map(|i| (n.q(), retry_then_ok(i), n.out()));
+    publish_to(&conn, &n.master(), messages).await;
+    wait_depth(&conn, &n.retry("4s"), 10, Duration::from_secs(10)).await;
+    let deleted = Instant::now();
+    let ch = conn.create_channel().await.expect("channel");
+    ch.exchange_delete(n.master().as_str().into(), Default::default())
+        .await
+        .expect("delete master");
+    wait_status(admin, "/readyz", 200, Duration::from_secs(10)).await;
+
+    wait_depth(&conn, &n.seen(), 10, Duration::from_secs(20)).await;
+    let metrics = http_get(admin, "/metrics").await.expect("metrics").1;
+    service.stop().await;
+    let mut seen: Vec<u32> = drain(&conn, &n.seen()).await.iter().map(|i| i - RETRY_THEN_OK).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..10).collect::<Vec<_>>(), "none lost, none doubled");
+    assert!(metric(&metrics, "worker_topology_repairs_total", "") >= 1.0);
+    println!(
+        "FIGURES deleted exchange: 10/10 delivered {:?} after the delete",
+        deleted.elapsed()
+    );
+    assert_eq!(fwd.accepted(), 1);
+    n.cleanup().await;
+}
+
+/// A message larger than `max_message_size` is parked untouched: the plugin never sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_is_parked_without_running_the_plugin() {
+    let n = Faults::new("oversized");
+    let url = common::broker_url();
+    let toml = n.toml(&url, None, "max_message_size = \"64KiB\"");
+    let service = Service::start(&toml, &[("script.wasm", &script())]).await;
+    let conn = common::connect().await;
+    common::wait_consuming(&conn, &n.q()).await;
+    let mut big = body(b'o', 1);
+    big.resize(100 << 10, b'x');
+    let messages = [(n.q(), big, n.out()), (n.q(), body(b'o', 2), n.out())];
+    publish_to(&conn, &n.master(), messages).await;
+    wait_depth(&conn, &n.failed(), 1, Duration::from_secs(20)).await;
+    wait_depth(&conn, &n.seen(), 1, Duration::from_secs(20)).await;
+    service.stop().await;
+    let parked = drain_parked(&conn, &n.failed()).await;
+    assert_eq!(parked.len(), 1);
+    let (i, headers) = &parked[0];
+    assert_eq!(*i, 1);
+    assert!(
+        headers["worker-error"].contains("larger than max_message_size"),
+        "{headers:?}"
+    );
+    assert_eq!(drain(&conn, &n.seen()).await, vec![2], "the plugin never ran on it");
+    n.cleanup().await;
+}
+
+/// Retrying a large message keeps about one copy of its body in the host (RSS sampled from
+/// /proc while it goes round).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_a_large_message_keeps_one_copy_of_its_body() {
+    const SIZE: usize = 96 << 20;
+    let n = Faults::new("large");
+    let toml = n.toml(
+        &common::broker_url(),
+        None,
+        "max_message_size = \"128MiB\"\nmax_retries = 1\nretry_delays = [\"1s\"]\nconcurrency = 1",
+    );
+    let dir = n.config_dir(&toml);
+    crate::service::support::declare(dir.path()).await;
+    let mut host = Host::start(dir.path(), 1);
+    let conn = common::connect().await;
+    common::wait_consuming(&conn, &n.q()).await;
+    let pid = host.child.id();
+    let base = rss_kib(pid, "VmRSS");
+    let mut big = body(b'r', 1);
+    big.resize(SIZE, b'x');
+    publish_to(&conn, &n.master(), [(n.q(), big, n.out())]).await;
+    wait_depth(&conn, &n.failed(), 1, Duration::from_secs(120)).await;
+    let peak = rss_kib(pid, "VmHWM");
+    host.signal("TERM");
+    host.exit_within(Duration::from_secs(30)).await;
+    let grew_mib = (peak.saturating_sub(base)) as f64 / 1024.0;
+    let copies = grew_mib / (SIZE >> 20) as f64;
+    println!(
+        "FIGURES large message: {} MiB body retried once and parked; RSS {} -> peak {} MiB (+{grew_mib:.0} MiB = {copies:.2} body copies)",
+        SIZE >> 20,
+        base / 1024,
+        peak / 1024
+    );
+    assert!(copies < 2.3, "{copies:.2} copies of the body at the peak");
+    let _ = depth(&conn, &n.failed()).await;
+    n.cleanup().await;
+}
+
+/// The broker's consumer timeout closes the channel of a call that runs longer: that call
+/// publishes and acks nothing, its redelivery counts as the failed call, and the message ends
+/// parked once, instead of multiplying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
+    let n = Faults::new("ctimeout");
+    let fwd = crate::forwarder::Forwarder::start().await;
+    let _timeout = ConsumerTimeout::set(Duration::from_secs(1)).await;
+    let toml = n.toml(
+        &fwd.url(),
+        None,
+        "timeout = \"4s\"\nmax_retries = 1\nretry_delays = [\"200ms\"]\nconcurrency = 2",
+    );
+    let service = Service::start(&toml, &[("script.wasm", &script())]).await;
+    let conn = common::connect().await;
+    common::wait_consuming(&conn, &n.q()).await;
+    // 'l' loops until the handler's timeout (4 s), beyond the broker's (1 s); the good ones
+    // answer at once.
+    let messages = [(n.q(), body(b'l', 0), n.out())]
+        .into_iter()
+        .chain((1..6).map(|i| (n.q(), body(b'o', i), n.out())));
+    publish_to(&conn, &n.master(), messages).await;
+
+    wait_depth(&conn, &n.failed(), 1, Duration::from_secs(120)).await;
+    wait_depth(&conn, &n.seen(), 5, Duration::from_secs(30)).await;
+    service.stop().await;
+    let parked = drain_parked(&conn, &n.failed()).await;
+    assert_eq!(parked.len(), 1, "parked once");
+    let (i, headers) = &parked[0];
+    assert_eq!(*i, 0);
+    assert!(headers["worker-error"].contains("consumer timeout"), "{headers:?}");
+    let mut seen = drain(&conn, &n.seen()).await;
+    seen.sort_unstable();
+    assert_eq!(seen, vec![1, 2, 3, 4, 5], "the others once each");
+    assert_eq!(depth(&conn, &n.q()).await, 0);
+    assert_eq!(depth(&conn, &n.retry("200ms")).await, 0);
+    assert_eq!(fwd.accepted(), 1, "channel-sized: one connection");
+    n.cleanup().await;
+}
+
+/// While the broker blocks publishing the host is not ready (and says why); SIGTERM then still
+/// ends within `shutdown_timeout`, leaving what it could not settle for redelivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded() {
+    let n = Faults::new("blocked");
+    let admin = free_addr();
+    let toml = n.toml(&common::broker_url(), Some(admin), "concurrency = 4")
+        .replace("[broker]\n", "[broker]\nshutdown_timeout = \"2s\"\n");
+    let dir = n.config_dir(&toml);
+    crate::service::support::declare(dir.path()).await;
+    let conn = common::connect().await;
+    let messages = (0..2000).map(|i| (n.q(), body(b'o', i), n.out()));
+    publish_to(&conn, &n.master(), messages).await;
+    let mut host = Host::start(dir.path(), 1);
+    wait_status(admin, "/readyz", 200, Duration::from_secs(20)).await;
+
+    let alarm = MemoryAlarm::raise().await;
+    let reason = common::eventually(Duration::from_secs(20), "readyz 503 while blocked", || async {
+        let (status, body) = http_get(admin, "/readyz").await?;
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert!(reason.contains("blocks publishing"), "readyz says why: {reason}");
+    let metrics = http_get(admin, "/metrics").await.expect("metrics").1;
+    assert_eq!(metric(&metrics, "worker_broker_blocked", ""), 1.0);
+
+    let asked = Instant::now();
+    host.signal("TERM");
+    let status = host.exit_within(Duration::from_secs(15)).await;
+    let took = asked.elapsed();
+    alarm.clear().await;
+    assert!(status.success(), "exit 0 after shutdown_timeout: {status:?}");
+    assert!(took < Duration::from_secs(6), "shutdown took {took:?} (timeout 2 s)");
+    println!("FIGURES blocked: not ready ({reason:?}); SIGTERM exited in {took:?}");
+
+    // Nothing lost: every index is in `seen` or back in Q.
+    let mut all = drain(&conn, &n.seen()).await;
+    all.extend(drain(&conn, &n.q()).await);
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 2000, "nothing lost");
+    n.cleanup().await;
+}

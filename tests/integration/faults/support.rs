@@ -1,0 +1,243 @@
+//! Helpers of the broker-fault tests: names and config, publishing with a per-message target,
+//! reading parked messages, metrics and RSS, and guards that restore broker-wide settings.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use lapin::options::BasicPublishOptions;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection};
+
+use crate::common;
+use crate::service::support::{SCRIPT, depth, index_of, rabbitmqctl};
+
+/// Indexes of `retry_then_ok` bodies start here.
+pub const RETRY_THEN_OK: u32 = 2_000_000;
+
+/// A body the script plugin retries once, then answers ok; its index is
+/// `RETRY_THEN_OK + i`.
+pub fn retry_then_ok(i: u32) -> Vec<u8> {
+    format!("r2{i:06}").into_bytes()
+}
+
+pub fn script() -> Vec<u8> {
+    wat::parse_str(SCRIPT).expect("script.wat parses")
+}
+
+/// One test's private topology: subscription Q (and Q2 when asked) on the script plugin, a
+/// collector queue `seen` behind the fanout exchange `out`.
+pub struct Faults {
+    pub p: String,
+}
+
+impl Faults {
+    pub fn new(test: &str) -> Faults {
+        Faults {
+            p: common::unique(test),
+        }
+    }
+    pub fn q(&self) -> String {
+        format!("{}.q", self.p)
+    }
+    pub fn q2(&self) -> String {
+        format!("{}.q2", self.p)
+    }
+    pub fn master(&self) -> String {
+        format!("{}.master", self.p)
+    }
+    pub fn out(&self) -> String {
+        format!("{}.out", self.p)
+    }
+    pub fn seen(&self) -> String {
+        format!("{}.seen", self.p)
+    }
+    pub fn failed(&self) -> String {
+        format!("{}.q@failed", self.p)
+    }
+    pub fn retry(&self, delay: &str) -> String {
+        format!("{}.q@retry.{delay}", self.p)
+    }
+
+    /// worker.toml with broker `url`; `extra` lines go into Q's subscription (a second
+    /// `[[subscription]]` may follow them).
+    pub fn toml(&self, url: &str, admin: Option<SocketAddr>, extra: &str) -> String {
+        let admin = admin
+            .map(|a| format!("[admin]\nlisten = \"{a}\"\n\n"))
+            .unwrap_or_default();
+        let publish = if extra.contains("publish =") {
+            String::new()
+        } else {
+            format!("publish = [\"{}.out\"]\n", self.p)
+        };
+        format!(
+            "[broker]\nurl = \"{url}\"\n\n{admin}\
+             [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
+             [[exchange]]\nname = \"{p}.out\"\ntype = \"fanout\"\n\n\
+             [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"\" }}]\n\n\
+             [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"script.wasm\"\n{publish}{extra}\n",
+            p = self.p,
+        )
+    }
+
+    /// A second subscription, Q2, publishing to `out`.
+    pub fn second_subscription(&self) -> String {
+        format!(
+            "[[subscription]]\nqueue = \"{p}.q2\"\nplugin = \"script.wasm\"\npublish = [\"{p}.out\"]\n",
+            p = self.p
+        )
+    }
+
+    /// A config folder for the real binary: worker.toml and plugins/script.wasm.
+    pub fn config_dir(&self, toml: &str) -> tempfile::TempDir {
+        crate::service::support::config_dir(toml)
+    }
+
+    pub async fn cleanup(&self) {
+        let queues = queues_of(&self.p);
+        let exchanges = ["master", "retry", "failed", "out", "nowhere"].map(|e| format!("{}.{e}", self.p));
+        common::cleanup(&queues, &exchanges).await;
+    }
+}
+
+/// Every queue a test may have made under prefix `p`.
+fn queues_of(p: &str) -> Vec<String> {
+    let mut queues = vec![format!("{p}.seen")];
+    for q in ["q", "q2"] {
+        queues.push(format!("{p}.{q}"));
+        queues.push(format!("{p}.{q}@failed"));
+        for delay in ["200ms", "1s", "4s", "30s"] {
+            queues.push(format!("{p}.{q}@retry.{delay}"));
+        }
+    }
+    queues
+}
+
+/// Publishes (key, body, exchange the plugin should publish to) through `exchange`, confirmed.
+pub async fn publish_to(
+    conn: &Connection,
+    exchange: &str,
+    messages: impl IntoIterator<Item = (String, Vec<u8>, String)>,
+) {
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default()).await.expect("confirms");
+    let mut confirms = Vec::new();
+    for (key, body, to) in messages {
+        let mut h = FieldTable::default();
+        h.insert("pub-exchange".into(), worker_host::outcome::text(&to));
+        let props = BasicProperties::default()
+            .with_headers(h)
+            .with_delivery_mode(2);
+        let confirm = ch
+            .basic_publish(
+                exchange.into(),
+                key.as_str().into(),
+                BasicPublishOptions::default(),
+                &body,
+                props,
+            )
+            .await
+            .expect("publish");
+        confirms.push(confirm);
+    }
+    for confirm in confirms {
+        assert!(confirm.await.expect("confirm").is_ack(), "broker refused a publish");
+    }
+    let _ = ch.close(200, "published".into()).await;
+}
+
+/// Takes every message of a failed queue: (index, headers as text).
+pub async fn drain_parked(conn: &Connection, queue: &str) -> Vec<(u32, BTreeMap<String, String>)> {
+    let expected = depth(conn, queue).await;
+    let ch = conn.create_channel().await.expect("channel");
+    let mut out = Vec::new();
+    for _ in 0..expected {
+        let msg = common::get(&ch, queue).await.expect("a parked message");
+        out.push((index_of(&msg.delivery.data), common::headers_of(&msg)));
+    }
+    let _ = ch.close(200, "drained".into()).await;
+    out
+}
+
+/// The value of the Prometheus sample `name{...}` whose labels contain `labels` (0 if absent).
+pub fn metric(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.split([' ', '{']).next() == Some(name) && (labels.is_empty() || l.contains(labels))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A field of /proc/<pid>/status in KiB (VmRSS, VmHWM).
+pub fn rss_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// RabbitMQ's consumer timeout lowered for new channels; the old value comes back when dropped.
+pub struct ConsumerTimeout {
+    previous: String,
+}
+
+impl ConsumerTimeout {
+    pub async fn set(timeout: Duration) -> ConsumerTimeout {
+        let previous = rabbitmqctl(&["eval", "application:get_env(rabbit, consumer_timeout)."])
+            .await
+            .trim()
+            .to_string();
+        let set = format!(
+            "application:set_env(rabbit, consumer_timeout, {}).",
+            timeout.as_millis()
+        );
+        rabbitmqctl(&["eval", &set]).await;
+        ConsumerTimeout { previous }
+    }
+}
+
+impl Drop for ConsumerTimeout {
+    fn drop(&mut self) {
+        let restore = match self.previous.strip_prefix("{ok,").and_then(|v| v.strip_suffix('}')) {
+            Some(value) => format!("application:set_env(rabbit, consumer_timeout, {value})."),
+            None => "application:unset_env(rabbit, consumer_timeout).".to_string(),
+        };
+        let _ = Command::new("rabbitmqctl").args(["eval", &restore]).status();
+    }
+}
+
+/// A memory alarm raised on the node (publishers are blocked), cleared when dropped.
+pub struct MemoryAlarm {
+    cleared: bool,
+}
+
+const ALARM: &str = "{resource_limit, memory, node()}";
+
+impl MemoryAlarm {
+    pub async fn raise() -> MemoryAlarm {
+        rabbitmqctl(&["eval", &format!("rabbit_alarm:set_alarm({{{ALARM}, []}}).")]).await;
+        MemoryAlarm { cleared: false }
+    }
+
+    pub async fn clear(mut self) {
+        rabbitmqctl(&["eval", &format!("rabbit_alarm:clear_alarm({ALARM}).")]).await;
+        self.cleared = true;
+    }
+}
+
+impl Drop for MemoryAlarm {
+    fn drop(&mut self) {
+        if !self.cleared {
+            let _ = Command::new("rabbitmqctl")
+                .args(["eval", &format!("rabbit_alarm:clear_alarm({ALARM}).")])
+                .status();
+        }
+    }
+}
