@@ -1,11 +1,15 @@
 //! Connections to RabbitMQ: several URLs tried in turn, capped exponential backoff with jitter;
 //! confirm-mode channels that reopen after a channel error; the one confirmed publish.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::types::FieldTable;
+use lapin::{
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
+};
 use tracing::{info, warn};
 
 /// No broker URL answered; commands exit with code 2 for this.
@@ -163,11 +167,19 @@ pub async fn confirm_channel(conn: &Connection) -> Result<Channel, lapin::Error>
 
 /// A confirm-mode channel shared by one connection's publishers. A channel error (a publish to
 /// a missing exchange) closes only the channel; the next caller gets a fresh one.
+///
+/// A publish to a missing exchange would close the channel under every message sharing it, and
+/// the broker may already have routed their publishes whose confirms had not arrived, so they
+/// could not simply be sent again. Exchanges named by plugins are therefore checked once with a
+/// passive declare on a throwaway channel ([`Publisher::check_exchange`]), and a missing one
+/// refuses that message alone.
 pub struct Publisher {
     conn: Arc<Connection>,
     current: Mutex<Option<Channel>>,
     /// Serializes reopening, so one closed channel is replaced once.
     reopen: tokio::sync::Mutex<()>,
+    /// Exchanges seen to exist on this connection.
+    known: Mutex<HashSet<String>>,
 }
 
 impl Publisher {
@@ -177,7 +189,44 @@ impl Publisher {
             conn,
             current: Mutex::new(None),
             reopen: tokio::sync::Mutex::new(()),
+            known: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Ok if `exchange` exists (asked once, then remembered); `ChannelClosed` with the broker's
+    /// reason if it does not.
+    pub async fn check_exchange(&self, exchange: &str) -> Result<(), PublishError> {
+        if exchange.is_empty() || self.known().contains(exchange) {
+            return Ok(());
+        }
+        let broken = |e: &lapin::Error| PublishError::from_lapin(exchange, e);
+        let probe = self.conn.create_channel().await.map_err(|e| broken(&e))?;
+        let passive = ExchangeDeclareOptions {
+            passive: true,
+            ..ExchangeDeclareOptions::default()
+        };
+        let kind = ExchangeKind::Topic; // Ignored by a passive declare.
+        match probe
+            .exchange_declare(exchange.into(), kind, passive, FieldTable::default())
+            .await
+        {
+            Ok(()) => {
+                let _ = probe.close(200, "checked".into()).await;
+                self.known().insert(exchange.to_string());
+                Ok(())
+            }
+            Err(err) => Err(broken(&err)),
+        }
+    }
+
+    /// Forgets which exchanges exist (one was deleted under a publish).
+    pub fn forget_exchanges(&self) {
+        self.known().clear();
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        // A set of names stays consistent even if a holder panicked.
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The connection it publishes on.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{self, Service};
 use crate::service::support::{
-    Host, body, depth, drain, free_addr, http_get, wait_depth, wait_status,
+    Host, body, depth, drain, free_addr, http_get, wait_status,
 };
 use support::*;
 
@@ -49,8 +49,8 @@ async fn a_publish_to_a_missing_exchange_closes_one_channel_not_the_connection()
     let second = (1000..1050).map(|i| (n.q2(), body(b'o', i), n.out()));
     publish_to(&conn, &n.master(), messages.chain(second)).await;
 
-    wait_depth(&conn, &n.seen(), 230, Duration::from_secs(60)).await;
-    wait_depth(&conn, &n.failed(), 20, Duration::from_secs(60)).await;
+    wait_count(&conn, &n.seen(), 230, Duration::from_secs(60)).await;
+    wait_count(&conn, &n.failed(), 20, Duration::from_secs(60)).await;
     let ready = http_get(admin, "/readyz").await;
     service.stop().await;
 
@@ -107,7 +107,7 @@ async fn deleted_retry_and_failed_queues_are_declared_again() {
     let messages = (0..5).map(|i| (n.q(), body(b'r', i), n.out()));
     publish_to(&conn, &n.master(), messages).await;
 
-    wait_depth(&conn, &n.failed(), 5, Duration::from_secs(30)).await;
+    wait_count(&conn, &n.failed(), 5, Duration::from_secs(30)).await;
     let metrics = http_get(admin, "/metrics").await.expect("metrics").1;
     service.stop().await;
     let parked = drain_parked(&conn, &n.failed()).await;
@@ -136,7 +136,7 @@ async fn a_deleted_exchange_is_declared_again_before_retries_come_due() {
     // Retry once, then ok (published to `seen`).
     let messages = (0..10).map(|i| (n.q(), retry_then_ok(i), n.out()));
     publish_to(&conn, &n.master(), messages).await;
-    wait_depth(&conn, &n.retry("4s"), 10, Duration::from_secs(10)).await;
+    wait_count(&conn, &n.retry("4s"), 10, Duration::from_secs(10)).await;
     let deleted = Instant::now();
     let ch = conn.create_channel().await.expect("channel");
     ch.exchange_delete(n.master().as_str().into(), Default::default())
@@ -144,7 +144,7 @@ async fn a_deleted_exchange_is_declared_again_before_retries_come_due() {
         .expect("delete master");
     wait_status(admin, "/readyz", 200, Duration::from_secs(10)).await;
 
-    wait_depth(&conn, &n.seen(), 10, Duration::from_secs(20)).await;
+    wait_count(&conn, &n.seen(), 10, Duration::from_secs(20)).await;
     let metrics = http_get(admin, "/metrics").await.expect("metrics").1;
     service.stop().await;
     let mut seen: Vec<u32> = drain(&conn, &n.seen()).await.iter().map(|i| i - RETRY_THEN_OK).collect();
@@ -172,8 +172,8 @@ async fn an_oversized_message_is_parked_without_running_the_plugin() {
     big.resize(100 << 10, b'x');
     let messages = [(n.q(), big, n.out()), (n.q(), body(b'o', 2), n.out())];
     publish_to(&conn, &n.master(), messages).await;
-    wait_depth(&conn, &n.failed(), 1, Duration::from_secs(20)).await;
-    wait_depth(&conn, &n.seen(), 1, Duration::from_secs(20)).await;
+    wait_count(&conn, &n.failed(), 1, Duration::from_secs(20)).await;
+    wait_count(&conn, &n.seen(), 1, Duration::from_secs(20)).await;
     service.stop().await;
     let parked = drain_parked(&conn, &n.failed()).await;
     assert_eq!(parked.len(), 1);
@@ -202,13 +202,13 @@ async fn retrying_a_large_message_keeps_one_copy_of_its_body() {
     crate::service::support::declare(dir.path()).await;
     let mut host = Host::start(dir.path(), 1);
     let conn = common::connect().await;
-    common::wait_consuming(&conn, &n.q()).await;
+    wait_consuming_long(&conn, &n.q()).await;
     let pid = host.child.id();
     let base = rss_kib(pid, "VmRSS");
     let mut big = body(b'r', 1);
     big.resize(SIZE, b'x');
     publish_to(&conn, &n.master(), [(n.q(), big, n.out())]).await;
-    wait_depth(&conn, &n.failed(), 1, Duration::from_secs(120)).await;
+    wait_count(&conn, &n.failed(), 1, Duration::from_secs(120)).await;
     let peak = rss_kib(pid, "VmHWM");
     host.signal("TERM");
     host.exit_within(Duration::from_secs(30)).await;
@@ -248,8 +248,8 @@ async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
         .chain((1..6).map(|i| (n.q(), body(b'o', i), n.out())));
     publish_to(&conn, &n.master(), messages).await;
 
-    wait_depth(&conn, &n.failed(), 1, Duration::from_secs(120)).await;
-    wait_depth(&conn, &n.seen(), 5, Duration::from_secs(30)).await;
+    wait_count(&conn, &n.failed(), 1, Duration::from_secs(120)).await;
+    wait_count(&conn, &n.seen(), 5, Duration::from_secs(30)).await;
     service.stop().await;
     let parked = drain_parked(&conn, &n.failed()).await;
     assert_eq!(parked.len(), 1, "parked once");

@@ -6,6 +6,7 @@ mod common;
 mod consumer;
 mod delay;
 mod faults;
+mod forwarder;
 mod failed;
 mod plugins;
 mod reload;

@@ -2,10 +2,9 @@
 //! timeout strikes), the plugin call, the decision, the confirmed publishes it needs, then the
 //! ack, or a requeue when the broker could not take the publishes.
 //!
-//! Blame stays with the message that earned it: a plugin publish the broker refuses (a missing
-//! exchange) closes the shared publisher channel for every message on it, so publishes that
-//! failed that way are tried again alone on a private channel; only a message whose own publish
-//! is refused there is retried, with the broker's reason.
+//! Blame stays with the message that earned it: a plugin publish to a missing exchange is
+//! found by a check before publishing (see `broker::Publisher`), and that message alone is
+//! retried with the broker's reason; the channel the other messages share stays open.
 
 use std::time::Duration;
 
@@ -226,7 +225,8 @@ impl Subscriber {
         }
     }
 
-    /// Publishes what the plugin buffered, all at once, and waits for every confirm.
+    /// Publishes what the plugin buffered, all at once, and waits for every confirm. Target
+    /// exchanges are checked first, so a missing one is blamed on this message alone.
     async fn send_publishes(
         &self,
         link: &Link,
@@ -236,6 +236,16 @@ impl Subscriber {
         if publishes.is_empty() {
             return Ok(());
         }
+        // Delayed publishes go to our own delay exchange; the mover checks their target.
+        for publish in publishes.iter().filter(|p| p.delay.is_none()) {
+            match link.publisher.check_exchange(&publish.exchange).await {
+                Ok(()) => {}
+                Err(err @ PublishError::ChannelClosed { .. }) => {
+                    return Err(Blame::Message(err.to_string()));
+                }
+                Err(err) => return Err(Blame::Broker(err)),
+            }
+        }
         let shared = link.publisher.channel().await.map_err(|e| {
             Blame::Broker(PublishError::Broken {
                 exchange: String::new(),
@@ -243,38 +253,16 @@ impl Subscriber {
             })
         })?;
         let sends = publishes.iter().map(|p| self.send_one(&shared, input, p));
-        let results = join_all(sends).await;
-        let mut failed = Vec::new();
-        for (publish, result) in publishes.iter().zip(results) {
-            match result {
-                Ok(()) => {}
-                Err(PublishError::ChannelClosed { .. }) => failed.push(publish),
-                Err(err) => return Err(Blame::Broker(err)),
-            }
-        }
-        if failed.is_empty() {
-            return Ok(());
-        }
-        // The shared channel closed, by this message's fault or another's: try again alone.
-        let private = broker::confirm_channel(&link.conn).await.map_err(|e| {
-            Blame::Broker(PublishError::Broken {
-                exchange: String::new(),
-                text: broker::describe(&e),
-            })
-        })?;
-        let mut outcome = Ok(());
-        for publish in failed {
-            match self.send_one(&private, input, publish).await {
-                Ok(()) => continue,
-                Err(err @ PublishError::ChannelClosed { .. }) => {
-                    outcome = Err(Blame::Message(err.to_string()));
+        for result in join_all(sends).await {
+            if let Err(err) = result {
+                // An exchange deleted since it was checked: check again on redelivery.
+                if matches!(err, PublishError::ChannelClosed { .. }) {
+                    link.publisher.forget_exchanges();
                 }
-                Err(err) => outcome = Err(Blame::Broker(err)),
+                return Err(Blame::Broker(err));
             }
-            break;
         }
-        let _ = private.close(200, "bye".into()).await;
-        outcome
+        Ok(())
     }
 
     /// Publishes one buffered message (through the delay levels when it has a delay).

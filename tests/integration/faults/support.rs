@@ -13,7 +13,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection};
 
 use crate::common;
-use crate::service::support::{SCRIPT, depth, index_of, rabbitmqctl};
+use crate::service::support::{SCRIPT, depth, rabbitmqctl};
 
 /// Indexes of `retry_then_ok` bodies start here.
 pub const RETRY_THEN_OK: u32 = 2_000_000;
@@ -156,10 +156,31 @@ pub async fn drain_parked(conn: &Connection, queue: &str) -> Vec<(u32, BTreeMap<
     let mut out = Vec::new();
     for _ in 0..expected {
         let msg = common::get(&ch, queue).await.expect("a parked message");
-        out.push((index_of(&msg.delivery.data), common::headers_of(&msg)));
+        out.push((index(&msg.delivery.data), common::headers_of(&msg)));
     }
     let _ = ch.close(200, "drained".into()).await;
     out
+}
+
+/// The index in a test body: the digits after the op byte (a large body is padded after them).
+pub fn index(body: &[u8]) -> u32 {
+    let digits: String = body[1..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .map(|&b| char::from(b))
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("not a test body: {:?}", String::from_utf8_lossy(&body[..body.len().min(16)])))
+}
+
+/// Waits until `queue` exists and holds at least `at_least` messages.
+pub async fn wait_count(conn: &Connection, queue: &str, at_least: u32, timeout: Duration) -> u32 {
+    common::eventually(timeout, &format!("{at_least} messages in {queue}"), || async {
+        let d = common::probe(conn, queue).await?.message_count();
+        (d >= at_least).then_some(d)
+    })
+    .await
 }
 
 /// The value of the Prometheus sample `name{...}` whose labels contain `labels` (0 if absent).
@@ -240,4 +261,13 @@ impl Drop for MemoryAlarm {
                 .status();
         }
     }
+}
+
+/// Waits up to a minute for a consumer on `queue` (a host starting as a child process, on a
+/// machine busy with other tests).
+pub async fn wait_consuming_long(conn: &Connection, queue: &str) {
+    common::eventually(Duration::from_secs(60), &format!("a consumer on {queue}"), || async {
+        common::probe(conn, queue).await.filter(|q| q.consumer_count() > 0)
+    })
+    .await;
 }
