@@ -308,3 +308,40 @@ async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded()
     assert_eq!(all.len(), 2000, "nothing lost");
     n.cleanup().await;
 }
+
+/// SIGTERM is honoured within 2 s whatever the host is waiting for: a broker that accepts TCP
+/// but never answers (connecting), one that stops answering once the connection is open
+/// (declaring), and one that refuses connections (reconnecting with backoff).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_connecting_declaring_or_reconnecting_exits_within_2s() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let silent_url = format!("amqp://guest:guest@{}/%2f", silent.local_addr().expect("addr"));
+    let stalling = crate::forwarder::Forwarder::stalling_after_open().await;
+    let refused_url = format!("amqp://guest:guest@{}/%2f", free_addr());
+    let cases = [
+        ("connecting", silent_url, "connecting"),
+        ("declaring", stalling.url(), "connected to RabbitMQ"),
+        ("reconnecting", refused_url, "retrying in"),
+    ];
+    for (what, url, log_line) in cases {
+        let n = Faults::new(what);
+        let dir = n.config_dir(&n.toml(&url, None, ""));
+        let mut host = Host::start(dir.path(), 1);
+        // Accept the TCP connection of the silent broker so the host waits in the handshake.
+        let _held = if what == "connecting" {
+            let accepted = tokio::time::timeout(Duration::from_secs(20), silent.accept()).await;
+            Some(accepted.expect("the host connects").expect("accept"))
+        } else {
+            host.wait_log(log_line, Duration::from_secs(20)).await;
+            None
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let asked = Instant::now();
+        host.signal("TERM");
+        let status = host.exit_within(Duration::from_secs(10)).await;
+        let took = asked.elapsed();
+        println!("FIGURES SIGTERM while {what}: exit {:?} after {took:?}", status.code());
+        assert!(status.success(), "{what}: exit 0, got {status:?}");
+        assert!(took < Duration::from_secs(2), "{what}: took {took:?}");
+    }
+}
