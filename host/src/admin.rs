@@ -58,6 +58,9 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.metrics.readiness() {
         Ok(()) => (StatusCode::OK, "ready\n".to_string()),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
     }
 }

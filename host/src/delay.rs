@@ -275,7 +275,9 @@ impl Delayer {
         let steps = self.steps(delay)?;
         let props = props.with_delivery_mode(PERSISTENT);
         if steps == 0 {
-            return Ok(publish_confirmed(channel, exchange, routing_key, body, props, false).await?);
+            return Ok(
+                publish_confirmed(channel, exchange, routing_key, body, props, false).await?,
+            );
         }
         let mut headers = props.headers().clone().unwrap_or_default();
         headers.insert(EXCHANGE_HEADER.into(), crate::outcome::text(exchange));

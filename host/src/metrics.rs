@@ -192,7 +192,10 @@ impl Metrics {
     /// RabbitMQ blocked publishing (`Some(reason)`) or unblocked it (`None`).
     pub fn set_blocked(&self, reason: Option<&str>) {
         self.blocked.set(i64::from(reason.is_some()));
-        let mut text = self.blocked_reason.lock().unwrap_or_else(|e| e.into_inner());
+        let mut text = self
+            .blocked_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         *text = reason.unwrap_or_default().to_string();
     }
 
@@ -227,7 +230,10 @@ impl Metrics {
             return Err("not connected to RabbitMQ".into());
         }
         if self.blocked.get() == 1 {
-            let reason = self.blocked_reason.lock().unwrap_or_else(|e| e.into_inner());
+            let reason = self
+                .blocked_reason
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             return Err(format!("RabbitMQ blocks publishing: {reason}"));
         }
         if self.repairing.get() == 1 {

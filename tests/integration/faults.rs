@@ -12,9 +12,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use crate::common::{self, Service};
-use crate::service::support::{
-    Host, body, depth, drain, free_addr, http_get, wait_status,
-};
+use crate::service::support::{Host, body, depth, drain, free_addr, http_get, wait_status};
 use support::*;
 
 /// A plugin publish to an exchange that does not exist: one channel closes, never the
@@ -66,14 +64,19 @@ async fn a_publish_to_a_missing_exchange_closes_one_channel_not_the_connection()
         assert!(bad(*i), "message {i} should not be parked");
         let error = &headers["worker-error"];
         assert!(
-            error.contains(&format!("publish to \"{missing}\" refused")) && error.contains("NOT_FOUND"),
+            error.contains(&format!("publish to \"{missing}\" refused"))
+                && error.contains("NOT_FOUND"),
             "worker-error names the broker's reason: {error}"
         );
         assert_eq!(headers["worker-failed-reason"], "retries-exhausted");
         assert_eq!(headers["worker-attempts"], "3");
     }
     assert_eq!(fwd.accepted(), 1, "one connection for the whole test");
-    assert_eq!(ready.map(|r| r.0), Some(200), "ready while channels come and go");
+    assert_eq!(
+        ready.map(|r| r.0),
+        Some(200),
+        "ready while channels come and go"
+    );
     println!(
         "FIGURES missing exchange: {} good handled once, 20 parked, {} connection(s)",
         seen.len(),
@@ -113,9 +116,15 @@ async fn deleted_retry_and_failed_queues_are_declared_again() {
     let parked = drain_parked(&conn, &n.failed()).await;
     assert_eq!(parked.len(), 5);
     for (_, headers) in &parked {
-        assert_eq!(headers["worker-attempts"], "2", "went round the retry queue once");
+        assert_eq!(
+            headers["worker-attempts"], "2",
+            "went round the retry queue once"
+        );
     }
-    assert_eq!(metric(&metrics, "worker_messages_total", "outcome=\"requeued\""), 0.0);
+    assert_eq!(
+        metric(&metrics, "worker_messages_total", "outcome=\"requeued\""),
+        0.0
+    );
     assert!(metric(&metrics, "worker_topology_repairs_total", "") >= 1.0);
     assert_eq!(fwd.accepted(), 1, "one connection for the whole test");
     n.cleanup().await;
@@ -128,7 +137,8 @@ async fn a_deleted_exchange_is_declared_again_before_retries_come_due() {
     let n = Faults::new("deleted-ex");
     let fwd = crate::forwarder::Forwarder::start().await;
     let admin = free_addr();
-    let toml = n.toml(&fwd.url(), Some(admin), "retry_delays = [\"4s\"]")
+    let toml = n
+        .toml(&fwd.url(), Some(admin), "retry_delays = [\"4s\"]")
         .replace("[broker]\n", "[broker]\ntopology_check = \"500ms\"\n");
     let service = Service::start(&toml, &[("script.wasm", &script())]).await;
     let conn = common::connect().await;
@@ -147,7 +157,11 @@ async fn a_deleted_exchange_is_declared_again_before_retries_come_due() {
     wait_count(&conn, &n.seen(), 10, Duration::from_secs(20)).await;
     let metrics = http_get(admin, "/metrics").await.expect("metrics").1;
     service.stop().await;
-    let mut seen: Vec<u32> = drain(&conn, &n.seen()).await.iter().map(|i| i - RETRY_THEN_OK).collect();
+    let mut seen: Vec<u32> = drain(&conn, &n.seen())
+        .await
+        .iter()
+        .map(|i| i - RETRY_THEN_OK)
+        .collect();
     seen.sort_unstable();
     assert_eq!(seen, (0..10).collect::<Vec<_>>(), "none lost, none doubled");
     assert!(metric(&metrics, "worker_topology_repairs_total", "") >= 1.0);
@@ -183,7 +197,11 @@ async fn an_oversized_message_is_parked_without_running_the_plugin() {
         headers["worker-error"].contains("larger than max_message_size"),
         "{headers:?}"
     );
-    assert_eq!(drain(&conn, &n.seen()).await, vec![2], "the plugin never ran on it");
+    assert_eq!(
+        drain(&conn, &n.seen()).await,
+        vec![2],
+        "the plugin never ran on it"
+    );
     n.cleanup().await;
 }
 
@@ -255,7 +273,10 @@ async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
     assert_eq!(parked.len(), 1, "parked once");
     let (i, headers) = &parked[0];
     assert_eq!(*i, 0);
-    assert!(headers["worker-error"].contains("consumer timeout"), "{headers:?}");
+    assert!(
+        headers["worker-error"].contains("consumer timeout"),
+        "{headers:?}"
+    );
     let mut seen = drain(&conn, &n.seen()).await;
     seen.sort_unstable();
     assert_eq!(seen, vec![1, 2, 3, 4, 5], "the others once each");
@@ -271,7 +292,8 @@ async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
 async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded() {
     let n = Faults::new("blocked");
     let admin = free_addr();
-    let toml = n.toml(&common::broker_url(), Some(admin), "concurrency = 4")
+    let toml = n
+        .toml(&common::broker_url(), Some(admin), "concurrency = 4")
         .replace("[broker]\n", "[broker]\nshutdown_timeout = \"2s\"\n");
     let dir = n.config_dir(&toml);
     crate::service::support::declare(dir.path()).await;
@@ -282,12 +304,19 @@ async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded()
     wait_status(admin, "/readyz", 200, Duration::from_secs(20)).await;
 
     let alarm = MemoryAlarm::raise().await;
-    let reason = common::eventually(Duration::from_secs(20), "readyz 503 while blocked", || async {
-        let (status, body) = http_get(admin, "/readyz").await?;
-        (status == 503).then_some(body)
-    })
+    let reason = common::eventually(
+        Duration::from_secs(20),
+        "readyz 503 while blocked",
+        || async {
+            let (status, body) = http_get(admin, "/readyz").await?;
+            (status == 503).then_some(body)
+        },
+    )
     .await;
-    assert!(reason.contains("blocks publishing"), "readyz says why: {reason}");
+    assert!(
+        reason.contains("blocks publishing"),
+        "readyz says why: {reason}"
+    );
     let metrics = http_get(admin, "/metrics").await.expect("metrics").1;
     assert_eq!(metric(&metrics, "worker_broker_blocked", ""), 1.0);
 
@@ -296,8 +325,14 @@ async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded()
     let status = host.exit_within(Duration::from_secs(15)).await;
     let took = asked.elapsed();
     alarm.clear().await;
-    assert!(status.success(), "exit 0 after shutdown_timeout: {status:?}");
-    assert!(took < Duration::from_secs(6), "shutdown took {took:?} (timeout 2 s)");
+    assert!(
+        status.success(),
+        "exit 0 after shutdown_timeout: {status:?}"
+    );
+    assert!(
+        took < Duration::from_secs(6),
+        "shutdown took {took:?} (timeout 2 s)"
+    );
     println!("FIGURES blocked: not ready ({reason:?}); SIGTERM exited in {took:?}");
 
     // Nothing lost: every index is in `seen` or back in Q.
@@ -314,8 +349,13 @@ async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded()
 /// (declaring), and one that refuses connections (reconnecting with backoff).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_while_connecting_declaring_or_reconnecting_exits_within_2s() {
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let silent_url = format!("amqp://guest:guest@{}/%2f", silent.local_addr().expect("addr"));
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let silent_url = format!(
+        "amqp://guest:guest@{}/%2f",
+        silent.local_addr().expect("addr")
+    );
     let stalling = crate::forwarder::Forwarder::stalling_after_open().await;
     let refused_url = format!("amqp://guest:guest@{}/%2f", free_addr());
     let cases = [
@@ -340,7 +380,10 @@ async fn sigterm_while_connecting_declaring_or_reconnecting_exits_within_2s() {
         host.signal("TERM");
         let status = host.exit_within(Duration::from_secs(10)).await;
         let took = asked.elapsed();
-        println!("FIGURES SIGTERM while {what}: exit {:?} after {took:?}", status.code());
+        println!(
+            "FIGURES SIGTERM while {what}: exit {:?} after {took:?}",
+            status.code()
+        );
         assert!(status.success(), "{what}: exit 0, got {status:?}");
         assert!(took < Duration::from_secs(2), "{what}: took {took:?}");
     }

@@ -30,7 +30,9 @@ impl Forwarder {
 
     async fn spawn(stall: bool) -> Forwarder {
         let target = broker_addr();
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind forwarder");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind forwarder");
         let addr = listener.local_addr().expect("forwarder address");
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
@@ -93,7 +95,8 @@ async fn stall_after_open(client: TcpStream, broker: TcpStream) -> std::io::Resu
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut client_rd, mut client_wr) = client.into_split();
     let (mut broker_rd, mut broker_wr) = broker.into_split();
-    let upstream = tokio::spawn(async move { tokio::io::copy(&mut client_rd, &mut broker_wr).await });
+    let upstream =
+        tokio::spawn(async move { tokio::io::copy(&mut client_rd, &mut broker_wr).await });
     let mut frames = 0;
     while frames < 3 {
         let mut head = [0u8; 7];

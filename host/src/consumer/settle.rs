@@ -205,7 +205,10 @@ impl Subscriber {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 if let Err(err) = call.acks.nack_requeue(received.tag).await {
-                    debug!(queue, message_id, "nack failed (the channel is gone): {err}");
+                    debug!(
+                        queue,
+                        message_id, "nack failed (the channel is gone): {err}"
+                    );
                 }
                 return;
             }
@@ -274,7 +277,11 @@ impl Subscriber {
     ) -> Result<(), PublishError> {
         let mut props = BasicProperties::default().with_delivery_mode(PERSISTENT);
         let meta = &input.meta;
-        if let Some(id) = meta.correlation_id.as_deref().or(meta.message_id.as_deref()) {
+        if let Some(id) = meta
+            .correlation_id
+            .as_deref()
+            .or(meta.message_id.as_deref())
+        {
             props = props.with_correlation_id(id.into());
         }
         let Some(delay) = p.delay else {

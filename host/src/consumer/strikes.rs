@@ -20,7 +20,10 @@ impl Strikes {
     pub fn add(&self, identity: String, cause: String) {
         let mut map = self.lock();
         if map.len() >= MAX_STRIKES {
-            warn!("{} consumer-timeout strikes pending; forgetting them", map.len());
+            warn!(
+                "{} consumer-timeout strikes pending; forgetting them",
+                map.len()
+            );
             map.clear();
         }
         map.insert(identity, cause);

@@ -112,10 +112,7 @@ type Shutdown<'a> = Pin<&'a mut (dyn Future<Output = ()> + Send)>;
 /// Runs the service until `shutdown` resolves, then drains in-flight work and returns.
 /// Broker outages are ridden out with backoff; only user errors (bad plugin, inequivalent
 /// queue arguments at start) end it early.
-pub async fn run(
-    config: Config,
-    shutdown: impl Future<Output = ()> + Send,
-) -> anyhow::Result<()> {
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
     let runtime = runtime_for(&config)?;
     let plugins = PluginSet::new(runtime);
     let metrics = Arc::new(Metrics::new());

@@ -74,7 +74,12 @@ impl Service {
         }
         self.orphaned.spawn(async move {
             consumers.drain().await;
-            close_within(&link.conn, Duration::from_secs(5), "worker-host reconnecting").await;
+            close_within(
+                &link.conn,
+                Duration::from_secs(5),
+                "worker-host reconnecting",
+            )
+            .await;
         });
         while self.orphaned.try_join_next().is_some() {}
         Ended::Lost

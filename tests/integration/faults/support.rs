@@ -98,7 +98,8 @@ impl Faults {
 
     pub async fn cleanup(&self) {
         let queues = queues_of(&self.p);
-        let exchanges = ["master", "retry", "failed", "out", "nowhere"].map(|e| format!("{}.{e}", self.p));
+        let exchanges =
+            ["master", "retry", "failed", "out", "nowhere"].map(|e| format!("{}.{e}", self.p));
         common::cleanup(&queues, &exchanges).await;
     }
 }
@@ -123,7 +124,9 @@ pub async fn publish_to(
     messages: impl IntoIterator<Item = (String, Vec<u8>, String)>,
 ) {
     let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default()).await.expect("confirms");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
     let mut confirms = Vec::new();
     for (key, body, to) in messages {
         let mut h = FieldTable::default();
@@ -144,7 +147,10 @@ pub async fn publish_to(
         confirms.push(confirm);
     }
     for confirm in confirms {
-        assert!(confirm.await.expect("confirm").is_ack(), "broker refused a publish");
+        assert!(
+            confirm.await.expect("confirm").is_ack(),
+            "broker refused a publish"
+        );
     }
     let _ = ch.close(200, "published".into()).await;
 }
@@ -169,17 +175,24 @@ pub fn index(body: &[u8]) -> u32 {
         .take_while(|b| b.is_ascii_digit())
         .map(|&b| char::from(b))
         .collect();
-    digits
-        .parse()
-        .unwrap_or_else(|_| panic!("not a test body: {:?}", String::from_utf8_lossy(&body[..body.len().min(16)])))
+    digits.parse().unwrap_or_else(|_| {
+        panic!(
+            "not a test body: {:?}",
+            String::from_utf8_lossy(&body[..body.len().min(16)])
+        )
+    })
 }
 
 /// Waits until `queue` exists and holds at least `at_least` messages.
 pub async fn wait_count(conn: &Connection, queue: &str, at_least: u32, timeout: Duration) -> u32 {
-    common::eventually(timeout, &format!("{at_least} messages in {queue}"), || async {
-        let d = common::probe(conn, queue).await?.message_count();
-        (d >= at_least).then_some(d)
-    })
+    common::eventually(
+        timeout,
+        &format!("{at_least} messages in {queue}"),
+        || async {
+            let d = common::probe(conn, queue).await?.message_count();
+            (d >= at_least).then_some(d)
+        },
+    )
     .await
 }
 
@@ -226,11 +239,17 @@ impl ConsumerTimeout {
 
 impl Drop for ConsumerTimeout {
     fn drop(&mut self) {
-        let restore = match self.previous.strip_prefix("{ok,").and_then(|v| v.strip_suffix('}')) {
+        let restore = match self
+            .previous
+            .strip_prefix("{ok,")
+            .and_then(|v| v.strip_suffix('}'))
+        {
             Some(value) => format!("application:set_env(rabbit, consumer_timeout, {value})."),
             None => "application:unset_env(rabbit, consumer_timeout).".to_string(),
         };
-        let _ = Command::new("rabbitmqctl").args(["eval", &restore]).status();
+        let _ = Command::new("rabbitmqctl")
+            .args(["eval", &restore])
+            .status();
     }
 }
 
@@ -266,8 +285,14 @@ impl Drop for MemoryAlarm {
 /// Waits up to a minute for a consumer on `queue` (a host starting as a child process, on a
 /// machine busy with other tests).
 pub async fn wait_consuming_long(conn: &Connection, queue: &str) {
-    common::eventually(Duration::from_secs(60), &format!("a consumer on {queue}"), || async {
-        common::probe(conn, queue).await.filter(|q| q.consumer_count() > 0)
-    })
+    common::eventually(
+        Duration::from_secs(60),
+        &format!("a consumer on {queue}"),
+        || async {
+            common::probe(conn, queue)
+                .await
+                .filter(|q| q.consumer_count() > 0)
+        },
+    )
     .await;
 }

@@ -183,7 +183,9 @@ impl Checker<'_> {
             DEFAULT_TOPOLOGY_CHECK,
         );
         let shutdown_timeout = duration(
-            raw.broker.as_ref().and_then(|b| b.shutdown_timeout.as_ref()),
+            raw.broker
+                .as_ref()
+                .and_then(|b| b.shutdown_timeout.as_ref()),
             DEFAULT_SHUTDOWN_TIMEOUT,
         );
         if let (Some(_), Some(urls)) = (url, urls) {
