@@ -2,6 +2,7 @@
 # Makes sure a RabbitMQ broker answers on 127.0.0.1:5672: installs it (Debian) when missing,
 # starts it when stopped. Sourced by the other scripts; also runnable on its own.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/packages.sh"
 
 broker_answers() {
   (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null
@@ -11,13 +12,7 @@ ensure_broker() {
   if broker_answers; then
     return 0
   fi
-  if ! command -v rabbitmq-server >/dev/null 2>&1; then
-    echo "== installing rabbitmq-server (apt-get)" >&2
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq rabbitmq-server >/dev/null
-  fi
+  command -v rabbitmq-server >/dev/null 2>&1 || ensure_packages broker
   if ! broker_answers; then
     echo "== starting RabbitMQ (rabbitmq-server -detached)" >&2
     rabbitmq-server -detached >/dev/null 2>&1 || true

@@ -23,6 +23,8 @@ write_plugin() {
 }
 
 if [[ ${1:-} == --check ]]; then
+    source "$ROOT/scripts/rust.sh"
+    ensure_cargo
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     # A copy of the plugins workspace manifest, so the check uses the same release profile.

@@ -5,6 +5,7 @@
 # native tests. Ends with one line counting every test run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/packages.sh
 source scripts/broker.sh
 source scripts/rust.sh
 
@@ -19,6 +20,7 @@ step() {
 
 ensure_cargo
 ensure_broker
+ensure_packages tests
 step "building plugins from source" scripts/build-plugins.sh
 step "host and SDK tests (unit, doc, integration against RabbitMQ)" \
   cargo test --workspace --locked -- --skip broker_restart_
