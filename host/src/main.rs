@@ -44,7 +44,8 @@ fn main() -> ExitCode {
 }
 
 /// RUST_LOG wins; otherwise the service logs at info and one-shot commands only warnings.
-/// lapin's own error lines repeat what our errors say, so they are off by default.
+/// lapin's own error lines repeat what our errors say, so they are off by default. The audit
+/// lines of `failed discard` are always on: RUST_LOG cannot silence them.
 fn init_tracing(format: LogFormat, service: bool) {
     use tracing_subscriber::EnvFilter;
     let default = if service {
@@ -52,7 +53,10 @@ fn init_tracing(format: LogFormat, service: bool) {
     } else {
         "warn,lapin=off"
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    if let Ok(audit) = format!("{}=info", worker_host::failed::AUDIT_TARGET).parse() {
+        filter = filter.add_directive(audit);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
