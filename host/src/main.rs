@@ -7,7 +7,14 @@ use worker_host::cli::{Cli, Command, LogFormat};
 use worker_host::{commands, exit_code, service};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // --help and --version succeed; a refused argument is a user error (exit 1).
+            let _ = err.print();
+            return ExitCode::from(u8::from(err.use_stderr()));
+        }
+    };
     let json = cli.log_format == LogFormat::Json;
     init_tracing(cli.log_format, matches!(cli.command, Command::Run(_)));
     let runtime = match tokio::runtime::Runtime::new() {

@@ -151,6 +151,9 @@ fn user_errors_exit_1() {
         "publish -c worker.toml --exchange master --routing-key k --body x --delay 100y",
         "failed list -c worker.toml --queue no-such-queue",
         "failed discard -c worker.toml --queue no-such-queue --id x",
+        // Refused arguments: discard needs --id or --all; replay takes one selector.
+        "failed discard -c worker.toml --queue ucenter@user",
+        "failed replay -c worker.toml --queue ucenter@user --limit 1 --reason x",
         "check -c no-such-file.toml",
     ] {
         let args: Vec<&str> = args.split_whitespace().collect();
