@@ -120,3 +120,41 @@ async fn replay_drops_the_broker_dead_letter_headers() {
     let _ = conn.close(200, "bye".into()).await;
     s.cleanup().await;
 }
+
+/// Quorum queues add `x-delivery-count` on every redelivery and keep returned messages apart:
+/// ids stay stable and the messages left parked keep their order all the same.
+#[tokio::test]
+async fn a_quorum_failed_queue_keeps_ids_and_order() {
+    let s = Setup::quorum();
+    s.declare().await;
+    let (conn, ch) = common::channel().await;
+    for i in 0..4 {
+        let props = parked(i, "fail", "bad json").with_message_id("".into());
+        s.park(&ch, props, format!("body {i}").as_bytes()).await;
+    }
+    let first = ids(&list_lines(&s, None).await);
+    let second = list_lines(&s, None).await;
+    assert_eq!(ids(&second), first);
+    assert!(
+        second[0]["headers"].get("x-delivery-count").is_some(),
+        "the broker counts redeliveries: {}",
+        second[0]
+    );
+    assert!(
+        first.iter().all(|id| id.starts_with("sha256:")),
+        "{first:?}"
+    );
+
+    let selection = Selection::ids([first[1].as_str(), first[2].as_str()]);
+    let report = failed::replay(&s.config(), &s.q(), &selection)
+        .await
+        .expect("replay");
+    assert_eq!(report.done, 2);
+    assert!(report.missing.is_empty());
+    let left = list_lines(&s, None).await;
+    assert_eq!(ids(&left), [first[0].clone(), first[3].clone()]);
+    assert_eq!(left[1]["body_preview"], "body 3");
+
+    let _ = conn.close(200, "bye".into()).await;
+    s.cleanup().await;
+}

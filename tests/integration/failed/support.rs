@@ -18,18 +18,27 @@ pub const FAILING: &str = r#"(module (memory (export "memory") 1) (func (export 
 /// key on the same master exchange, so replays that leak to other subscribers show up there.
 pub struct Setup {
     pub p: String,
+    /// Extra subscription lines (e.g. the queue type).
+    extra: &'static str,
     /// Holds worker.toml and the plugin (for the binary and for `Service`).
     pub dir: tempfile::TempDir,
 }
 
 impl Setup {
     pub fn new() -> Setup {
+        Setup::with("")
+    }
+    /// The same with quorum queues.
+    pub fn quorum() -> Setup {
+        Setup::with("queue_type = \"quorum\"\n")
+    }
+    fn with(extra: &'static str) -> Setup {
         let p = common::unique("wf");
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
         let wasm = wat::parse_str(FAILING).expect("the failing plugin parses");
         std::fs::write(dir.path().join("plugins/failing.wasm"), wasm).expect("write plugin");
-        let setup = Setup { p, dir };
+        let setup = Setup { p, extra, dir };
         std::fs::write(setup.config_path(), setup.toml()).expect("write worker.toml");
         setup
     }
@@ -50,10 +59,11 @@ impl Setup {
             "[broker]\nurl = \"{url}\"\n\n\
              [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
              [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"failing.wasm\"\nbindings = [\"evt.*\"]\n\
-             max_retries = 0\n\n\
+             max_retries = 0\n{extra}\n\
              [[queue]]\nname = \"{p}.other\"\nbindings = [{{ exchange = \"{p}.master\", key = \"evt.*\" }}]\n",
             url = common::broker_url(),
-            p = self.p
+            p = self.p,
+            extra = self.extra
         )
     }
     pub fn config_path(&self) -> std::path::PathBuf {
