@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::NonEmptyStringValueParser;
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 /// Runs RabbitMQ consumers as sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -49,7 +50,7 @@ pub enum Command {
     },
     /// Publish one message (persistent, confirmed).
     Publish(PublishArgs),
-    /// Inspect or replay parked messages.
+    /// List, replay or discard parked messages.
     Failed {
         #[command(subcommand)]
         command: FailedCommand,
@@ -109,16 +110,39 @@ pub enum FailedCommand {
         #[arg(long)]
         limit: Option<u64>,
     },
-    /// Move parked messages back to their queue alone; prints how many.
+    /// Move parked messages back to their queue alone, attempts reset; prints how many.
+    ///
+    /// Without --limit, --id or --reason: every message parked when it starts.
     Replay {
         #[command(flatten)]
         config: ConfigArg,
         /// The subscription queue (not the @failed one).
         #[arg(long)]
         queue: String,
-        /// At most this many.
-        #[arg(long)]
+        /// The first N messages.
+        #[arg(long, conflicts_with_all = ["ids", "reason"])]
         limit: Option<u64>,
+        /// The messages with these ids (as `failed list` shows them); repeatable.
+        #[arg(long = "id", value_name = "ID", num_args = 1.., value_parser = NonEmptyStringValueParser::new(), conflicts_with = "reason")]
+        ids: Vec<String>,
+        /// The messages whose worker-error contains TEXT or whose worker-failed-reason is TEXT.
+        #[arg(long, value_name = "TEXT", value_parser = NonEmptyStringValueParser::new())]
+        reason: Option<String>,
+    },
+    /// Remove parked messages for good, one audit line each in the log; prints how many.
+    #[command(group(ArgGroup::new("pick").required(true).args(["ids", "all"])))]
+    Discard {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The subscription queue (not the @failed one).
+        #[arg(long)]
+        queue: String,
+        /// The messages with these ids (as `failed list` shows them); repeatable.
+        #[arg(long = "id", value_name = "ID", num_args = 1.., value_parser = NonEmptyStringValueParser::new())]
+        ids: Vec<String>,
+        /// Every message parked when it starts.
+        #[arg(long)]
+        all: bool,
     },
 }
 

@@ -11,7 +11,7 @@ use lapin::types::FieldTable;
 use crate::broker;
 use crate::cli::{Command, PublishArgs};
 use crate::config::Config;
-use crate::consumer::publish_confirmed;
+use crate::broker::publish_confirmed;
 use crate::delay::Delayer;
 use crate::outcome;
 use crate::service;

@@ -21,7 +21,7 @@ use lapin::types::AMQPValue;
 use lapin::{BasicProperties, Channel, Connection};
 
 use crate::config::{Config, DelayConfig, ExchangeType};
-use crate::consumer::publish_confirmed;
+use crate::broker::publish_confirmed;
 use crate::topology::{Arg, ExchangeSpec, Plan, QueueSpec};
 
 /// Default name prefix of everything the delay topology declares.

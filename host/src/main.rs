@@ -7,7 +7,14 @@ use worker_host::cli::{Cli, Command, LogFormat};
 use worker_host::{commands, exit_code, service};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // --help and --version succeed; a refused argument is a user error (exit 1).
+            let _ = err.print();
+            return ExitCode::from(u8::from(err.use_stderr()));
+        }
+    };
     let json = cli.log_format == LogFormat::Json;
     init_tracing(cli.log_format, matches!(cli.command, Command::Run(_)));
     let runtime = match tokio::runtime::Runtime::new() {
@@ -46,7 +53,8 @@ fn main() -> ExitCode {
 }
 
 /// RUST_LOG wins; otherwise the service logs at info and one-shot commands only warnings.
-/// lapin's own error lines repeat what our errors say, so they are off by default.
+/// lapin's own error lines repeat what our errors say, so they are off by default. The audit
+/// lines of `failed discard` are always on: RUST_LOG cannot silence them.
 fn init_tracing(format: LogFormat, service: bool) {
     use tracing_subscriber::EnvFilter;
     let default = if service {
@@ -54,7 +62,10 @@ fn init_tracing(format: LogFormat, service: bool) {
     } else {
         "warn,lapin=off"
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    if let Ok(audit) = format!("{}=info", worker_host::failed::AUDIT_TARGET).parse() {
+        filter = filter.add_directive(audit);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

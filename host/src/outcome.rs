@@ -202,7 +202,9 @@ pub fn render(value: &AMQPValue) -> String {
     }
 }
 
-fn to_json(value: &AMQPValue) -> serde_json::Value {
+/// One AMQP value as JSON: numbers and booleans as such, tables and arrays nested, byte arrays
+/// as hex, strings as text.
+pub fn to_json(value: &AMQPValue) -> serde_json::Value {
     use serde_json::Value;
     match value {
         AMQPValue::Boolean(b) => Value::Bool(*b),

@@ -7,7 +7,7 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn worker_host(args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(crate) fn worker_host(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_worker-host"));
     cmd.args(args)
         .current_dir(root())
@@ -18,14 +18,14 @@ fn worker_host(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().expect("run worker-host")
 }
 
-fn text(out: &Output) -> (String, String) {
+pub(crate) fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
 
-fn assert_no_panic(stderr: &str) {
+pub(crate) fn assert_no_panic(stderr: &str) {
     assert!(
         !stderr.contains("panicked"),
         "a panic reached the user:\n{stderr}"
@@ -127,6 +127,8 @@ fn an_unreachable_broker_exits_2_with_a_clear_line() {
     for args in [
         "topology -c worker.toml --apply",
         "failed list -c worker.toml --queue ucenter@user",
+        "failed replay -c worker.toml --queue ucenter@user --id some-id",
+        "failed discard -c worker.toml --queue ucenter@user --all",
         "publish -c worker.toml --exchange master --routing-key k --body x",
     ] {
         let args: Vec<&str> = args.split_whitespace().collect();
@@ -148,6 +150,10 @@ fn user_errors_exit_1() {
         // A delay beyond what [delay] levels allow.
         "publish -c worker.toml --exchange master --routing-key k --body x --delay 100y",
         "failed list -c worker.toml --queue no-such-queue",
+        "failed discard -c worker.toml --queue no-such-queue --id x",
+        // Refused arguments: discard needs --id or --all; replay takes one selector.
+        "failed discard -c worker.toml --queue ucenter@user",
+        "failed replay -c worker.toml --queue ucenter@user --limit 1 --reason x",
         "check -c no-such-file.toml",
     ] {
         let args: Vec<&str> = args.split_whitespace().collect();

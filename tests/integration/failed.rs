@@ -1,185 +1,131 @@
-//! `failed list` and `failed replay` against the real broker, with the service running a
-//! plugin that fails every message.
+//! `failed list`, `replay` and `discard` against the real broker: a service whose plugin fails
+//! every message, or parked-style messages published straight into the failed queue.
 
-use std::collections::BTreeMap;
+mod discard;
+mod select;
+mod support;
+
 use std::time::Duration;
 
 use lapin::BasicProperties;
-use lapin::types::{AMQPValue, FieldTable};
-use worker_host::config::Config;
-use worker_host::failed::{self, FailedError};
+use lapin::types::{AMQPValue, ByteArray, FieldArray, FieldTable};
+use worker_host::failed::{self, FailedError, Selection};
 use worker_host::outcome;
 
-use crate::common::{self, Service};
+use crate::common;
+use support::*;
 
-/// Answers fail to every message.
-const FAILING: &str = r#"(module (memory (export "memory") 1) (func (export "worker_abi_v1")) (func (export "worker_handle") (result i32) i32.const 2))"#;
-
-/// A failing subscription `<p>.q` on `evt.*` and a plain queue `<p>.other` bound to the same
-/// key on the same master exchange, so replays that leak to other subscribers show up there.
-struct Setup {
-    p: String,
-}
-
-impl Setup {
-    fn new() -> Setup {
-        Setup {
-            p: common::unique("wf"),
-        }
-    }
-    fn q(&self) -> String {
-        format!("{}.q", self.p)
-    }
-    fn failed(&self) -> String {
-        format!("{}.q@failed", self.p)
-    }
-    fn other(&self) -> String {
-        format!("{}.other", self.p)
-    }
-    fn master(&self) -> String {
-        format!("{}.master", self.p)
-    }
-    fn toml(&self) -> String {
-        format!(
-            "[exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
-             [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"failing.wasm\"\nbindings = [\"evt.*\"]\n\
-             max_retries = 0\n\n\
-             [[queue]]\nname = \"{p}.other\"\nbindings = [{{ exchange = \"{p}.master\", key = \"evt.*\" }}]\n",
-            p = self.p
-        )
-    }
-    /// Starts the service and waits until it consumes (so its whole topology is declared).
-    async fn start(&self) -> Service {
-        let wasm = wat::parse_str(FAILING).expect("the failing plugin parses");
-        let service = Service::start(&self.toml(), &[("failing.wasm", &wasm)]).await;
-        let conn = common::connect().await;
-        let q = self.q();
-        common::eventually(
-            Duration::from_secs(20),
-            "the service consuming its queue",
-            || {
-                let (conn, q) = (&conn, q.clone());
-                async move {
-                    let probe = conn.create_channel().await.ok()?;
-                    let passive = lapin::options::QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    };
-                    let queue = probe
-                        .queue_declare(q.as_str().into(), passive, FieldTable::default())
-                        .await
-                        .ok()?;
-                    let _ = probe.close(200, "probed".into()).await;
-                    (queue.consumer_count() > 0).then_some(())
-                }
-            },
-        )
-        .await;
-        let _ = conn.close(200, "bye".into()).await;
-        service
-    }
-    fn config(&self, service: &Service) -> Config {
-        let path = service.dir.path().join("worker.toml");
-        let text = std::fs::read_to_string(&path).expect("worker.toml");
-        Config::parse(&text, &path).expect("valid config").0
-    }
-    async fn cleanup(&self) {
-        let queues = vec![
-            self.q(),
-            self.failed(),
-            self.other(),
-            format!("{}@retry.30s", self.q()),
-        ];
-        let exchanges = ["master", "retry", "failed"]
-            .iter()
-            .map(|e| format!("{}.{e}", self.p))
-            .collect::<Vec<_>>();
-        common::cleanup(&queues, &exchanges).await;
-    }
-}
-
-fn props(i: usize) -> BasicProperties {
+/// Own headers of every AMQP kind the list must show as JSON.
+fn rich_props() -> BasicProperties {
+    let mut table = FieldTable::default();
+    table.insert("k".into(), AMQPValue::LongInt(1));
     let mut h = FieldTable::default();
-    h.insert("mine".into(), outcome::text(&format!("v{i}")));
+    h.insert("tenant".into(), outcome::text("acme"));
+    h.insert("flag".into(), AMQPValue::Boolean(true));
+    h.insert("n".into(), AMQPValue::LongLongInt(-7));
+    h.insert(
+        "bytes".into(),
+        AMQPValue::ByteArray(ByteArray::from(vec![0xde, 0xad])),
+    );
+    h.insert("table".into(), AMQPValue::FieldTable(table));
+    h.insert(
+        "list".into(),
+        AMQPValue::FieldArray(FieldArray::from(vec![
+            outcome::text("a"),
+            AMQPValue::LongInt(2),
+        ])),
+    );
     BasicProperties::default()
-        .with_message_id(format!("m{i}").as_str().into())
         .with_headers(h)
-}
-
-async fn wait_depth(ch: &lapin::Channel, queue: &str, n: u32) {
-    common::eventually(
-        Duration::from_secs(20),
-        &format!("{n} messages in {queue}"),
-        || {
-            let (ch, queue) = (ch.clone(), queue.to_string());
-            async move { (common::depth(&ch, &queue).await == n).then_some(()) }
-        },
-    )
-    .await;
-}
-
-fn headers(props: &BasicProperties) -> BTreeMap<String, String> {
-    outcome::render_headers(props.headers().as_ref())
-        .into_iter()
-        .collect()
+        .with_correlation_id("corr-1".into())
+        .with_content_type("application/json".into())
+        .with_content_encoding("identity".into())
+        .with_priority(3)
+        .with_timestamp(1_700_000_000)
+        .with_reply_to("replies".into())
+        .with_expiration("86400000".into())
+        .with_type("user.created".into())
+        .with_user_id("guest".into())
+        .with_app_id("tests".into())
 }
 
 #[tokio::test]
-async fn list_prints_parked_messages_without_removing_them() {
+async fn list_prints_every_header_the_properties_and_a_stable_id() {
     let s = Setup::new();
     let service = s.start().await;
-    let config = s.config(&service);
     let (conn, ch) = common::channel().await;
-    for i in 0..3 {
-        common::publish(
-            &ch,
-            &s.master(),
-            "evt.created",
-            format!("body {i}").as_bytes(),
-            props(i),
-        )
-        .await;
-    }
+    common::publish(&ch, &s.master(), "evt.created", b"body 0", props(0)).await;
+    // No message id: the id is a digest.
+    let long = vec![b'x'; 300];
+    common::publish(&ch, &s.master(), "evt.updated", &long, rich_props()).await;
+    common::publish(&ch, &s.master(), "evt.created", b"body 2", props(2)).await;
     wait_depth(&ch, &s.failed(), 3).await;
     service.stop().await;
 
-    let mut out = Vec::new();
-    let listed = failed::list(&config, &s.q(), Some(2), &mut out)
-        .await
-        .expect("list");
-    assert_eq!(listed, 2);
-    let lines: Vec<serde_json::Value> = String::from_utf8(out)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect();
-    assert_eq!(lines.len(), 2);
+    let lines = list_lines(&s, None).await;
+    assert_eq!(lines.len(), 3);
     let first = &lines[0];
-    eprintln!("{first}");
-    assert_eq!(first["message_id"], "m0");
+    eprintln!("{first}\n{}", lines[1]);
+    assert_eq!(first["id"], "m0");
+    assert_eq!(first["reason"], "fail");
+    assert_eq!(first["cause"], "handler answered fail");
     assert_eq!(first["routing_key"], s.q());
     assert_eq!(first["original_routing_key"], "evt.created");
     assert_eq!(first["size"], 6);
     assert_eq!(first["body_preview"], "body 0");
-    assert_eq!(first["headers"]["worker-attempts"], 1);
-    assert_eq!(first["headers"]["worker-failed-reason"], "fail");
-    assert_eq!(first["headers"]["worker-plugin"], "failing.wasm");
-    assert!(
-        first["headers"].get("mine").is_none(),
-        "only worker-* headers: {first}"
+    assert_eq!(first["body_truncated"], false);
+    assert_eq!(first["properties"]["message_id"], "m0");
+    assert_eq!(first["properties"]["delivery_mode"], 2);
+    let h = &first["headers"];
+    assert_eq!(h["mine"], "v0");
+    assert_eq!(h[outcome::ORIG_ROUTING_KEY], "evt.created");
+    assert_eq!(h[outcome::ATTEMPTS], 1);
+    assert_eq!(h[outcome::FAILED_REASON], "fail");
+    assert_eq!(h[outcome::ERROR], "handler answered fail");
+    assert_eq!(h[outcome::PLUGIN], "failing.wasm");
+    assert!(h[outcome::PLUGIN_SHA256].is_string(), "{h}");
+    assert!(h[outcome::FAILED_AT].is_string(), "{h}");
+
+    let rich = &lines[1];
+    let id = rich["id"].as_str().expect("id");
+    assert!(id.starts_with(failed::DIGEST_PREFIX), "{id}");
+    assert_eq!(id.len(), "sha256:".len() + 16);
+    assert_eq!(rich["original_routing_key"], "evt.updated");
+    assert_eq!(rich["size"], 300);
+    assert_eq!(rich["body_truncated"], true);
+    assert_eq!(
+        rich["body_preview"].as_str().map(str::len),
+        Some(failed::PREVIEW_BYTES)
+    );
+    let h = &rich["headers"];
+    assert_eq!(h["tenant"], "acme");
+    assert_eq!(h["flag"], true);
+    assert_eq!(h["n"], -7);
+    assert_eq!(h["bytes"], "dead");
+    assert_eq!(h["table"], serde_json::json!({"k": 1}));
+    assert_eq!(h["list"], serde_json::json!(["a", 2]));
+    assert_eq!(
+        rich["properties"],
+        serde_json::json!({
+            "correlation_id": "corr-1",
+            "content_type": "application/json",
+            "content_encoding": "identity",
+            "delivery_mode": 2,
+            "priority": 3,
+            "timestamp": 1_700_000_000u64,
+            "reply_to": "replies",
+            "expiration": "86400000",
+            "type": "user.created",
+            "user_id": "guest",
+            "app_id": "tests",
+        })
     );
 
-    // Nothing was taken for good: all three are back, first one still first.
+    // Listing again: same ids in the same order, nothing taken; --limit takes the first ones.
+    assert_eq!(ids(&list_lines(&s, None).await), ids(&lines));
+    assert_eq!(ids(&list_lines(&s, Some(2)).await), ids(&lines[..2]));
     wait_depth(&ch, &s.failed(), 3).await;
-    let head = common::get(&ch, &s.failed()).await.expect("a message");
-    assert_eq!(
-        head.delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|m| m.as_str()),
-        Some("m0")
-    );
+    assert_eq!(drain_ids(&ch, &s.failed()).await, ["m0", "", "m2"]);
 
     let _ = conn.close(200, "bye".into()).await;
     s.cleanup().await;
@@ -189,7 +135,6 @@ async fn list_prints_parked_messages_without_removing_them() {
 async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
     let s = Setup::new();
     let service = s.start().await;
-    let config = s.config(&service);
     let (conn, ch) = common::channel().await;
     for i in 0..3 {
         common::publish(&ch, &s.master(), "evt.created", b"x", props(i)).await;
@@ -198,10 +143,11 @@ async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
     service.stop().await;
     assert_eq!(common::depth(&ch, &s.other()).await, 3);
 
-    let moved = failed::replay(&config, &s.q(), Some(2))
+    let report = failed::replay(&s.config(), &s.q(), &Selection::First(2))
         .await
         .expect("replay");
-    assert_eq!(moved, 2);
+    assert_eq!(report.done, 2);
+    assert!(report.missing.is_empty());
     wait_depth(&ch, &s.q(), 2).await;
     assert_eq!(common::depth(&ch, &s.failed()).await, 1);
     // The other subscriber of evt.* got nothing more.
@@ -216,7 +162,7 @@ async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
         );
         assert_eq!(msg.delivery.routing_key.as_str(), s.q());
         assert_eq!(*props.delivery_mode(), Some(2));
-        let h = headers(props);
+        let h = common::headers_of(&msg);
         assert_eq!(h[outcome::ATTEMPTS], "0");
         assert_eq!(h[outcome::ORIG_ROUTING_KEY], "evt.created");
         assert_eq!(h["mine"], format!("v{i}"));
@@ -239,7 +185,6 @@ async fn replay_ends_while_the_plugin_still_fails() {
     const N: usize = 40;
     let s = Setup::new();
     let service = s.start().await;
-    let config = s.config(&service);
     let (conn, ch) = common::channel().await;
     for i in 0..N {
         common::publish(&ch, &s.master(), "evt.created", b"x", props(i)).await;
@@ -247,17 +192,17 @@ async fn replay_ends_while_the_plugin_still_fails() {
     wait_depth(&ch, &s.failed(), N as u32).await;
 
     // The service keeps failing what is replayed, parking it again behind the originals.
-    let moved = tokio::time::timeout(
+    let report = tokio::time::timeout(
         Duration::from_secs(30),
-        failed::replay(&config, &s.q(), None),
+        failed::replay(&s.config(), &s.q(), &Selection::All),
     )
     .await
     .expect("replay terminates")
     .expect("replay");
-    assert_eq!(moved, N as u64);
+    assert_eq!(report.done, N as u64);
     wait_depth(&ch, &s.failed(), N as u32).await;
     let again = common::get(&ch, &s.failed()).await.expect("parked again");
-    let h = headers(&again.delivery.properties);
+    let h = common::headers_of(&again);
     assert_eq!(h[outcome::ATTEMPTS], "1");
     assert_eq!(h[outcome::ORIG_ROUTING_KEY], "evt.created");
     assert_eq!(common::depth(&ch, &s.other()).await, N as u32);
@@ -270,11 +215,9 @@ async fn replay_ends_while_the_plugin_still_fails() {
 #[tokio::test]
 async fn an_unknown_queue_is_a_user_error() {
     let s = Setup::new();
-    let service = s.start().await;
-    let config = s.config(&service);
-    service.stop().await;
+    let config = s.config();
 
-    let err = failed::list(&config, "nope", None, &mut Vec::new())
+    let err = failed::list(&config, "nope", &Selection::All, &mut Vec::new())
         .await
         .expect_err("unknown queue");
     assert!(matches!(
@@ -286,9 +229,24 @@ async fn an_unknown_queue_is_a_user_error() {
         "lists the known queues: {err}"
     );
 
-    let err = failed::replay(&config, &s.failed(), None)
+    let err = failed::replay(&config, &s.failed(), &Selection::All)
         .await
         .expect_err("the @failed name");
     assert!(err.to_string().contains("not its failed queue"), "{err}");
-    s.cleanup().await;
+    let err = failed::discard(&config, "nope", &Selection::All)
+        .await
+        .expect_err("unknown queue");
+    assert!(matches!(
+        err.downcast_ref::<FailedError>(),
+        Some(FailedError::UnknownQueue { .. })
+    ));
+
+    // Never declared: the failed queue is missing on the broker.
+    let err = failed::discard(&config, &s.q(), &Selection::All)
+        .await
+        .expect_err("missing queue");
+    assert!(matches!(
+        err.downcast_ref::<FailedError>(),
+        Some(FailedError::Missing { .. })
+    ));
 }

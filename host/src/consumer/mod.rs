@@ -25,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
-pub use crate::broker::publish_confirmed;
 use crate::broker::{self, Publisher};
 use crate::config::{Exchanges, Subscription};
 use crate::delay::Delayer;

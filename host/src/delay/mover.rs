@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
 use super::{DUE_HEADER, Delayer, ERROR_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER, now_ms};
-use crate::consumer::publish_confirmed;
+use crate::broker::publish_confirmed;
 use crate::outcome;
 
 /// Due messages taken at once: their republishes overlap.

@@ -1,0 +1,126 @@
+//! `failed list`: every parked message as one JSON object per line, left in place.
+
+use std::io::Write;
+
+use anyhow::Context as _;
+use lapin::BasicProperties;
+use lapin::message::Delivery;
+use serde_json::{Map, Value, json};
+
+use super::parked::{Parked, header_json};
+use super::select::{Selection, Walk};
+use crate::broker;
+use crate::config::Config;
+use crate::outcome;
+
+/// Bytes of the body shown by `failed list`.
+pub const PREVIEW_BYTES: usize = 256;
+
+/// Writes the selected messages of `<queue>@failed` to `out`, one JSON object per line, and
+/// returns how many. The messages are fetched without ack and go back in place when the walk
+/// closes, so listing never removes or reorders anything (they are marked redelivered).
+pub async fn list(
+    config: &Config,
+    queue: &str,
+    selection: &Selection,
+    out: &mut impl Write,
+) -> anyhow::Result<u64> {
+    let failed = super::subscription(config, queue)?.failed_queue();
+    let conn = broker::connect_once(&config.broker.urls, "worker-host failed list").await?;
+    let listed = async {
+        let mut walk = Walk::open(&conn, &failed, selection).await?;
+        let mut listed = 0;
+        while let Some(picked) = walk.next().await? {
+            let line = describe(&picked.parked, &picked.message.delivery);
+            if !written(writeln!(out, "{line}"))? {
+                break;
+            }
+            listed += 1;
+        }
+        written(out.flush())?;
+        // Closing without acks puts every fetched message back where it was.
+        walk.close().await;
+        anyhow::Ok(listed)
+    }
+    .await;
+    let _ = conn.close(200, "done".into()).await;
+    listed
+}
+
+/// Whether a write went through: false when the reader has gone (`failed list | head`), which
+/// ends the listing without an error.
+fn written(result: std::io::Result<()>) -> anyhow::Result<bool> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(err) => Err(err).context("writing to stdout"),
+    }
+}
+
+/// The JSON line `failed list` prints for one message.
+pub(crate) fn describe(parked: &Parked, delivery: &Delivery) -> Value {
+    let props = &delivery.properties;
+    let headers = props.headers().as_ref();
+    let all: Map<String, Value> = headers
+        .map(|h| h.inner().iter())
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| (name.as_str().to_string(), header_json(value)))
+        .collect();
+    let body = &delivery.data;
+    let shown = &body[..body.len().min(PREVIEW_BYTES)];
+    json!({
+        "id": parked.id,
+        "reason": parked.reason,
+        "cause": parked.cause,
+        "routing_key": delivery.routing_key.as_str(),
+        "original_routing_key": outcome::original_routing_key(headers, delivery.routing_key.as_str()),
+        "properties": properties(props),
+        "headers": all,
+        "size": body.len(),
+        "body_preview": String::from_utf8_lossy(shown),
+        "body_truncated": body.len() > shown.len(),
+    })
+}
+
+/// The properties that are set (headers aside), by their AMQP names in snake case.
+fn properties(props: &BasicProperties) -> Map<String, Value> {
+    let text = |s: &Option<lapin::types::ShortString>| s.as_ref().map(|s| Value::from(s.as_str()));
+    let fields = [
+        ("message_id", text(props.message_id())),
+        ("correlation_id", text(props.correlation_id())),
+        ("content_type", text(props.content_type())),
+        ("content_encoding", text(props.content_encoding())),
+        ("delivery_mode", props.delivery_mode().map(Value::from)),
+        ("priority", props.priority().map(Value::from)),
+        ("timestamp", props.timestamp().map(Value::from)),
+        ("reply_to", text(props.reply_to())),
+        ("expiration", text(props.expiration())),
+        ("type", text(props.kind())),
+        ("user_id", text(props.user_id())),
+        ("app_id", text(props.app_id())),
+        ("cluster_id", text(props.cluster_id())),
+    ];
+    fields
+        .into_iter()
+        .filter_map(|(name, value)| Some((name.to_string(), value?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_lists_only_what_is_set() {
+        let props = BasicProperties::default()
+            .with_message_id("m".into())
+            .with_type("order".into())
+            .with_delivery_mode(2)
+            .with_timestamp(7);
+        assert_eq!(
+            Value::Object(properties(&props)),
+            json!({"message_id": "m", "type": "order", "delivery_mode": 2, "timestamp": 7})
+        );
+    }
+}

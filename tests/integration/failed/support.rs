@@ -1,0 +1,190 @@
+//! The setup the `failed` tests share: a subscription `<p>.q` whose plugin fails every message,
+//! a plain queue `<p>.other` on the same key, and parked-style messages published straight into
+//! `<p>.q@failed`.
+
+use std::time::Duration;
+
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable};
+use worker_host::config::Config;
+use worker_host::outcome;
+
+use crate::common::{self, Service};
+
+/// Answers fail to every message.
+pub const FAILING: &str = r#"(module (memory (export "memory") 1) (func (export "worker_abi_v1")) (func (export "worker_handle") (result i32) i32.const 2))"#;
+
+/// A failing subscription `<p>.q` on `evt.*` and a plain queue `<p>.other` bound to the same
+/// key on the same master exchange, so replays that leak to other subscribers show up there.
+pub struct Setup {
+    pub p: String,
+    /// Extra subscription lines (e.g. the queue type).
+    extra: &'static str,
+    /// Holds worker.toml and the plugin (for the binary and for `Service`).
+    pub dir: tempfile::TempDir,
+}
+
+impl Setup {
+    pub fn new() -> Setup {
+        Setup::with("")
+    }
+    /// The same with quorum queues.
+    pub fn quorum() -> Setup {
+        Setup::with("queue_type = \"quorum\"\n")
+    }
+    fn with(extra: &'static str) -> Setup {
+        let p = common::unique("wf");
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
+        let wasm = wat::parse_str(FAILING).expect("the failing plugin parses");
+        std::fs::write(dir.path().join("plugins/failing.wasm"), wasm).expect("write plugin");
+        let setup = Setup { p, extra, dir };
+        std::fs::write(setup.config_path(), setup.toml()).expect("write worker.toml");
+        setup
+    }
+    pub fn q(&self) -> String {
+        format!("{}.q", self.p)
+    }
+    pub fn failed(&self) -> String {
+        format!("{}.q@failed", self.p)
+    }
+    pub fn other(&self) -> String {
+        format!("{}.other", self.p)
+    }
+    pub fn master(&self) -> String {
+        format!("{}.master", self.p)
+    }
+    pub fn toml(&self) -> String {
+        format!(
+            "[broker]\nurl = \"{url}\"\n\n\
+             [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
+             [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"failing.wasm\"\nbindings = [\"evt.*\"]\n\
+             max_retries = 0\n{extra}\n\
+             [[queue]]\nname = \"{p}.other\"\nbindings = [{{ exchange = \"{p}.master\", key = \"evt.*\" }}]\n",
+            url = common::broker_url(),
+            p = self.p,
+            extra = self.extra
+        )
+    }
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("worker.toml")
+    }
+    pub fn config(&self) -> Config {
+        Config::load(&self.config_path())
+            .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"))
+            .0
+    }
+    /// Declares the topology without running the plugin.
+    pub async fn declare(&self) {
+        let conn = common::connect().await;
+        worker_host::topology::Plan::from_config(&self.config())
+            .declare(&conn)
+            .await
+            .expect("declare the topology");
+        let _ = conn.close(200, "declared".into()).await;
+    }
+    /// Starts the service and waits until it consumes (so its whole topology is declared).
+    pub async fn start(&self) -> Service {
+        let wasm = wat::parse_str(FAILING).expect("the failing plugin parses");
+        let service = Service::start(&self.toml(), &[("failing.wasm", &wasm)]).await;
+        let conn = common::connect().await;
+        common::wait_consuming(&conn, &self.q()).await;
+        let _ = conn.close(200, "bye".into()).await;
+        service
+    }
+    pub async fn cleanup(&self) {
+        let queues = vec![
+            self.q(),
+            self.failed(),
+            self.other(),
+            format!("{}@retry.30s", self.q()),
+        ];
+        let exchanges = ["master", "retry", "failed"]
+            .iter()
+            .map(|e| format!("{}.{e}", self.p))
+            .collect::<Vec<_>>();
+        common::cleanup(&queues, &exchanges).await;
+    }
+    /// Publishes a message into `<p>.q@failed` as the host parks one (default exchange).
+    pub async fn park(&self, ch: &lapin::Channel, props: BasicProperties, body: &[u8]) {
+        common::publish(ch, "", &self.failed(), body, props).await;
+    }
+}
+
+/// Message `m<i>` with its own header `mine = v<i>`.
+pub fn props(i: usize) -> BasicProperties {
+    let mut h = FieldTable::default();
+    h.insert("mine".into(), outcome::text(&format!("v{i}")));
+    BasicProperties::default()
+        .with_message_id(format!("m{i}").as_str().into())
+        .with_headers(h)
+}
+
+/// Message `m<i>` as the host parks it: its own header plus the host's, with this cause.
+pub fn parked(i: usize, reason: &str, cause: &str) -> BasicProperties {
+    let mut h = FieldTable::default();
+    h.insert("mine".into(), outcome::text(&format!("v{i}")));
+    h.insert(
+        outcome::ORIG_ROUTING_KEY.into(),
+        outcome::text("evt.created"),
+    );
+    h.insert(outcome::ATTEMPTS.into(), AMQPValue::LongLongInt(3));
+    h.insert(outcome::ERROR.into(), outcome::text(cause));
+    h.insert(outcome::FAILED_REASON.into(), outcome::text(reason));
+    h.insert(outcome::PLUGIN.into(), outcome::text("failing.wasm"));
+    h.insert(
+        outcome::FAILED_AT.into(),
+        outcome::text("2026-01-02T03:04:05Z"),
+    );
+    BasicProperties::default()
+        .with_message_id(format!("m{i}").as_str().into())
+        .with_headers(h)
+}
+
+pub async fn wait_depth(ch: &lapin::Channel, queue: &str, n: u32) {
+    common::eventually(
+        Duration::from_secs(20),
+        &format!("{n} messages in {queue}"),
+        || {
+            let (ch, queue) = (ch.clone(), queue.to_string());
+            async move { (common::depth(&ch, &queue).await == n).then_some(()) }
+        },
+    )
+    .await;
+}
+
+/// Takes every message of `queue` and returns their message ids, in order.
+pub async fn drain_ids(ch: &lapin::Channel, queue: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    while let Some(msg) = common::get(ch, queue).await {
+        let props = &msg.delivery.properties;
+        ids.push(
+            props
+                .message_id()
+                .as_ref()
+                .map_or_else(String::new, |m| m.to_string()),
+        );
+    }
+    ids
+}
+
+/// The JSON lines of `failed list`.
+pub async fn list_lines(setup: &Setup, limit: Option<u64>) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let selection = worker_host::failed::Selection::limit(limit);
+    worker_host::failed::list(&setup.config(), &setup.q(), &selection, &mut out)
+        .await
+        .expect("list");
+    String::from_utf8(out)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+pub fn ids(lines: &[serde_json::Value]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| l["id"].as_str().expect("an id").to_string())
+        .collect()
+}
