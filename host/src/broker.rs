@@ -199,8 +199,15 @@ impl Publisher {
         if exchange.is_empty() || self.known().contains(exchange) {
             return Ok(());
         }
-        let broken = |e: &lapin::Error| PublishError::from_lapin(exchange, e);
-        let probe = self.conn.create_channel().await.map_err(|e| broken(&e))?;
+        // Opening the probe can fail with another channel's error: never this message's fault.
+        let probe = self
+            .conn
+            .create_channel()
+            .await
+            .map_err(|e| PublishError::Broken {
+                exchange: exchange.to_string(),
+                text: format!("cannot open a channel: {}", describe(&e)),
+            })?;
         let passive = ExchangeDeclareOptions {
             passive: true,
             ..ExchangeDeclareOptions::default()
@@ -215,7 +222,14 @@ impl Publisher {
                 self.known().insert(exchange.to_string());
                 Ok(())
             }
-            Err(err) => Err(broken(&err)),
+            Err(err) if is_not_found(&err) => Err(PublishError::ChannelClosed {
+                exchange: exchange.to_string(),
+                text: describe(&err),
+            }),
+            Err(err) => Err(PublishError::Broken {
+                exchange: exchange.to_string(),
+                text: describe(&err),
+            }),
         }
     }
 

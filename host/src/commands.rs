@@ -9,9 +9,9 @@ use lapin::options::ConfirmSelectOptions;
 use lapin::types::FieldTable;
 
 use crate::broker;
+use crate::broker::publish_confirmed;
 use crate::cli::{Command, PublishArgs};
 use crate::config::Config;
-use crate::broker::publish_confirmed;
 use crate::delay::Delayer;
 use crate::outcome;
 use crate::service;

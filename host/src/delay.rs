@@ -20,8 +20,8 @@ use anyhow::Context as _;
 use lapin::types::AMQPValue;
 use lapin::{BasicProperties, Channel, Connection};
 
-use crate::config::{Config, DelayConfig, ExchangeType};
 use crate::broker::publish_confirmed;
+use crate::config::{Config, DelayConfig, ExchangeType};
 use crate::topology::{Arg, ExchangeSpec, Plan, QueueSpec};
 
 /// Default name prefix of everything the delay topology declares.

@@ -222,9 +222,10 @@ pub fn init_logs() {
 }
 
 /// `queue` as the broker sees it (messages, consumers), or None when it does not exist.
-/// Uses a fresh channel: a failed passive declare closes its channel.
+/// Uses a fresh channel: a failed passive declare closes its channel (and lapin may then fail
+/// the next channel open with that error once: also None, so a polling caller tries again).
 pub async fn probe(conn: &Connection, queue: &str) -> Option<lapin::Queue> {
-    let ch = conn.create_channel().await.expect("channel");
+    let ch = conn.create_channel().await.ok()?;
     let q = ch
         .queue_declare(
             queue.into(),

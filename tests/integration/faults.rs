@@ -243,9 +243,10 @@ async fn retrying_a_large_message_keeps_one_copy_of_its_body() {
     n.cleanup().await;
 }
 
-/// The broker's consumer timeout closes the channel of a call that runs longer: that call
-/// publishes and acks nothing, its redelivery counts as the failed call, and the message ends
-/// parked once, instead of multiplying.
+/// The broker's consumer timeout closes the channel of a call that runs longer: that call is
+/// stopped and publishes and acks nothing, its redelivery counts as the failed call, and the
+/// message ends parked once, instead of multiplying. RabbitMQ 3.10 checks the timeout about
+/// once a minute, so the looping call's own timeout is longer than that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
     let n = Faults::new("ctimeout");
@@ -254,19 +255,20 @@ async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
     let toml = n.toml(
         &fwd.url(),
         None,
-        "timeout = \"4s\"\nmax_retries = 1\nretry_delays = [\"200ms\"]\nconcurrency = 2",
+        "timeout = \"150s\"\nmax_retries = 0\nconcurrency = 2",
     );
     let service = Service::start(&toml, &[("script.wasm", &script())]).await;
     let conn = common::connect().await;
     common::wait_consuming(&conn, &n.q()).await;
-    // 'l' loops until the handler's timeout (4 s), beyond the broker's (1 s); the good ones
-    // answer at once.
+    // 'l' loops until stopped; the good ones answer at once.
     let messages = [(n.q(), body(b'l', 0), n.out())]
         .into_iter()
         .chain((1..6).map(|i| (n.q(), body(b'o', i), n.out())));
+    let started = Instant::now();
     publish_to(&conn, &n.master(), messages).await;
 
-    wait_count(&conn, &n.failed(), 1, Duration::from_secs(120)).await;
+    wait_count(&conn, &n.failed(), 1, Duration::from_secs(140)).await;
+    let took = started.elapsed();
     wait_count(&conn, &n.seen(), 5, Duration::from_secs(30)).await;
     service.stop().await;
     let parked = drain_parked(&conn, &n.failed()).await;
@@ -281,8 +283,8 @@ async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
     seen.sort_unstable();
     assert_eq!(seen, vec![1, 2, 3, 4, 5], "the others once each");
     assert_eq!(depth(&conn, &n.q()).await, 0);
-    assert_eq!(depth(&conn, &n.retry("200ms")).await, 0);
     assert_eq!(fwd.accepted(), 1, "channel-sized: one connection");
+    println!("FIGURES consumer timeout: parked once after {took:?}, 1 connection");
     n.cleanup().await;
 }
 
@@ -290,18 +292,28 @@ async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
 /// ends within `shutdown_timeout`, leaving what it could not settle for redelivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded() {
+    const N: u32 = 400;
     let n = Faults::new("blocked");
     let admin = free_addr();
+    // Each message loops until its 100 ms timeout and is parked: the host publishes all along.
     let toml = n
-        .toml(&common::broker_url(), Some(admin), "concurrency = 4")
+        .toml(
+            &common::broker_url(),
+            Some(admin),
+            "concurrency = 4\ntimeout = \"100ms\"\nmax_retries = 0",
+        )
         .replace("[broker]\n", "[broker]\nshutdown_timeout = \"2s\"\n");
     let dir = n.config_dir(&toml);
     crate::service::support::declare(dir.path()).await;
     let conn = common::connect().await;
-    let messages = (0..2000).map(|i| (n.q(), body(b'o', i), n.out()));
-    publish_to(&conn, &n.master(), messages).await;
+    publish_to(
+        &conn,
+        &n.master(),
+        (0..N).map(|i| (n.q(), body(b'l', i), n.out())),
+    )
+    .await;
     let mut host = Host::start(dir.path(), 1);
-    wait_status(admin, "/readyz", 200, Duration::from_secs(20)).await;
+    wait_count(&conn, &n.failed(), 20, Duration::from_secs(60)).await;
 
     let alarm = MemoryAlarm::raise().await;
     let reason = common::eventually(
@@ -330,17 +342,25 @@ async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded()
         "exit 0 after shutdown_timeout: {status:?}"
     );
     assert!(
-        took < Duration::from_secs(6),
+        took < Duration::from_secs(5),
         "shutdown took {took:?} (timeout 2 s)"
     );
-    println!("FIGURES blocked: not ready ({reason:?}); SIGTERM exited in {took:?}");
+    println!(
+        "FIGURES blocked: not ready ({}); SIGTERM exited in {took:?}",
+        reason.trim()
+    );
 
-    // Nothing lost: every index is in `seen` or back in Q.
-    let mut all = drain(&conn, &n.seen()).await;
+    // Nothing lost: every index is parked or back in Q (a park confirmed after the exit may
+    // also be back in Q: at least once).
+    let mut all: Vec<u32> = drain_parked(&conn, &n.failed())
+        .await
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
     all.extend(drain(&conn, &n.q()).await);
     all.sort_unstable();
     all.dedup();
-    assert_eq!(all.len(), 2000, "nothing lost");
+    assert_eq!(all.len(), N as usize, "nothing lost");
     n.cleanup().await;
 }
 

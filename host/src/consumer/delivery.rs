@@ -110,6 +110,17 @@ impl ChannelDeath {
         }));
     }
 
+    /// The error that ended the deliveries, once recorded.
+    pub fn text(&self) -> Option<String> {
+        self.0.borrow().as_ref().map(|d| d.text.clone())
+    }
+
+    /// Resolves once the channel's death is recorded.
+    pub async fn died(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(Option::is_some).await;
+    }
+
     /// When the channel died of the broker's consumer timeout and a message received at
     /// `received` had been held that long, so it is the one the broker gave up on: the cause
     /// to record. The consume loop may record the death a moment after a handler saw its

@@ -18,9 +18,11 @@ use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
 use lapin::Connection;
+use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
@@ -116,7 +118,7 @@ impl Subscriber {
                 FieldTable::default(),
             )
             .await;
-        let mut deliveries = match consumed {
+        let deliveries = match consumed {
             Ok(deliveries) => deliveries,
             Err(err) => {
                 if broker::is_not_found(&err) {
@@ -139,8 +141,11 @@ impl Subscriber {
         };
         let (acks, ack_task) = Acks::start(channel.clone(), hold_limit);
         let death = Arc::new(ChannelDeath::default());
+        // The reader always polls the deliveries, so the death of the channel is heard at once
+        // even while every handler slot is busy; calls in flight then stop (see `settle`).
+        let (mut inbox, reader) = read(deliveries, death.clone());
         let result = loop {
-            // Take a handler slot first, so a delivery is only pulled when it can run.
+            // Take a handler slot first, so a delivery is only taken when it can run.
             let permit = tokio::select! {
                 _ = cancel.cancelled() => break Ok(()),
                 permit = calls.clone().acquire_owned() => match permit {
@@ -150,38 +155,24 @@ impl Subscriber {
             };
             let delivery = tokio::select! {
                 _ = cancel.cancelled() => break Ok(()),
-                next = deliveries.next() => next,
+                next = inbox.recv() => next,
             };
-            match delivery {
-                Some(Ok(delivery)) => {
-                    acks.received(delivery.delivery_tag);
-                    let this = self.clone();
-                    let (link, acks, channel) = (link.clone(), acks.clone(), channel.clone());
-                    let death = death.clone();
-                    tasks.spawn(async move {
-                        let call = settle::Call {
-                            link: &link,
-                            acks: &acks,
-                            channel: &channel,
-                            death: &death,
-                        };
-                        this.handle(delivery, call, permit).await;
-                    });
-                }
-                Some(Err(err)) => {
-                    death.record(&err);
-                    break Err(anyhow::Error::new(err).context(format!("consuming {queue}")));
-                }
-                None => {
-                    if channel.status().connected() {
-                        let why = format!("the broker cancelled the consumer of \"{queue}\"");
-                        let _ = link.keeper.repair(&why).await;
-                    }
-                    break Err(anyhow::anyhow!(
-                        "the broker cancelled the consumer of {queue}"
-                    ));
-                }
-            }
+            let Some(delivery) = delivery else {
+                break Err(self.reader_ended(&death, &channel, &link).await);
+            };
+            acks.received(delivery.delivery_tag);
+            let this = self.clone();
+            let (link, acks, channel) = (link.clone(), acks.clone(), channel.clone());
+            let death = death.clone();
+            tasks.spawn(async move {
+                let call = settle::Call {
+                    link: &link,
+                    acks: &acks,
+                    channel: &channel,
+                    death: &death,
+                };
+                this.handle(delivery, call, permit).await;
+            });
         };
         // Stop new deliveries; what was prefetched but not started goes back when the channel
         // closes. In-flight calls finish (bounded by their timeout) and settle.
@@ -190,6 +181,7 @@ impl Subscriber {
                 .basic_cancel(tag.clone(), BasicCancelOptions::default())
                 .await;
         }
+        reader.abort();
         tasks.close();
         tasks.wait().await;
         // Every handler has settled: the last acks go out before the channel closes.
@@ -197,5 +189,55 @@ impl Subscriber {
         let _ = ack_task.await;
         let _ = channel.close(200, "bye".into()).await;
         result
+    }
+}
+
+/// Moves deliveries from lapin's consumer into a channel the dispatch loop takes them from
+/// (lapin buffers at most the prefetch window anyway); records the error that ends them.
+fn read(
+    mut deliveries: lapin::Consumer,
+    death: Arc<ChannelDeath>,
+) -> (
+    mpsc::UnboundedReceiver<Delivery>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        while let Some(next) = deliveries.next().await {
+            match next {
+                Ok(delivery) => {
+                    if tx.send(delivery).is_err() {
+                        return;
+                    }
+                }
+                Err(err) => {
+                    death.record(&err);
+                    return;
+                }
+            }
+        }
+    });
+    (rx, reader)
+}
+
+impl Subscriber {
+    /// Why the deliveries ended: the channel died, or the broker cancelled the consumer (its
+    /// queue was deleted: declared again before the consumer restarts).
+    async fn reader_ended(
+        &self,
+        death: &ChannelDeath,
+        channel: &lapin::Channel,
+        link: &Link,
+    ) -> anyhow::Error {
+        let queue = self.sub.queue.as_str();
+        if let Some(text) = death.text() {
+            return anyhow::anyhow!("consuming {queue}: {text}");
+        }
+        if channel.status().connected() {
+            let why = format!("the broker cancelled the consumer of \"{queue}\"");
+            let _ = link.keeper.repair(&why).await;
+            return anyhow::anyhow!("{why}");
+        }
+        anyhow::anyhow!("the channel of {queue} closed")
     }
 }

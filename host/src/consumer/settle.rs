@@ -55,7 +55,15 @@ impl Subscriber {
             Some(decision) => (decision, Vec::new(), Duration::ZERO),
             None => {
                 let in_flight = self.metrics.call_started();
-                let invocation = plugin.handle(input.clone(), &self.limits).await;
+                // A call whose channel died cannot settle its message: stop it at once.
+                let invocation = tokio::select! {
+                    invocation = plugin.handle(input.clone(), &self.limits) => invocation,
+                    _ = call.death.died() => {
+                        drop((in_flight, permit));
+                        self.drop_result(&input, &received, call.death).await;
+                        return;
+                    }
+                };
                 drop(in_flight);
                 invocation.emit_logs(&plugin, &self.sub.queue);
                 let decision = outcome::decide(

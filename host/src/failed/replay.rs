@@ -9,8 +9,8 @@ use lapin::{BasicProperties, Connection};
 use super::Report;
 use super::select::{Picked, Selection, Walk};
 use crate::broker;
-use crate::config::Config;
 use crate::broker::{PublishError, publish_confirmed};
+use crate::config::Config;
 use crate::outcome;
 
 /// Messages replayed per round: published together, each acked once confirmed.
