@@ -166,6 +166,8 @@ fn full_config_sets_every_key() {
     let (config, warnings) = parse_file(&fixtures("good").join("full.toml")).expect("full.toml");
     assert!(warnings.is_empty(), "{warnings:#?}");
     assert_eq!(config.broker.urls.len(), 2);
+    assert_eq!(config.broker.topology_check, Duration::from_secs(10));
+    assert_eq!(config.broker.shutdown_timeout, Duration::from_secs(45));
     assert_eq!(config.exchanges.master, "main");
     assert_eq!(config.exchanges.failed, "main.failed");
     assert_eq!(config.admin.as_ref().map(|a| a.listen.port()), Some(9464));
@@ -193,6 +195,8 @@ fn full_config_sets_every_key() {
             "since": "2024-01-02T03:04:05Z",
         })
     );
+
+    assert_eq!(user.max_message_size, 8 << 20, "from [defaults]");
 
     // The second subscription takes everything from [defaults].
     let audit = config.subscription("audit@everything").expect("audit");
