@@ -46,6 +46,7 @@ pub async fn dispatch(command: Command) -> anyhow::Result<()> {
 async fn check(path: &Path) -> anyhow::Result<()> {
     let config = load_config(path)?;
     let runtime = service::runtime_for(&config)?;
+    runtime.set_max_plugin_size(config.plugins.max_plugin_size);
     let mut seen = std::collections::BTreeSet::new();
     let mut problems = Vec::new();
     for sub in &config.subscriptions {

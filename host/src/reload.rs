@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::plugin::{Plugin, Runtime};
+use crate::plugin::{LoadError, Plugin, Runtime};
 
 /// Why a changed plugin file was not swapped in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,7 +30,8 @@ pub enum ReloadError {
     /// The file could not be read.
     #[error("cannot read {path}: {reason}")]
     Read { path: String, reason: String },
-    /// The new bytes do not make a valid plugin (garbage, half-written, missing export, ...).
+    /// The file is refused (larger than max_plugin_size, not wasm) or its bytes do not make a
+    /// valid plugin (half-written, missing export, ...).
     #[error("{0}")]
     Invalid(String),
 }
@@ -76,6 +77,11 @@ impl PluginSet {
             loading: Arc::default(),
             stats: Arc::default(),
         }
+    }
+
+    /// Sets `[plugins] max_plugin_size` for every later load and reload.
+    pub fn set_max_plugin_size(&self, bytes: u64) {
+        self.runtime.set_max_plugin_size(bytes);
     }
 
     /// The slot for `path`, loading the file the first time it is named.
@@ -190,19 +196,31 @@ impl PluginSet {
         path: &Path,
         slot: &ArcSwap<Plugin>,
     ) -> Result<Option<Arc<Plugin>>, ReloadError> {
-        let bytes = match tokio::fs::read(path).await {
-            Ok(bytes) => bytes,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+        let runtime = self.runtime.clone();
+        let owned = path.to_path_buf();
+        // Reading is bounded by max_plugin_size and refuses foreign files after four bytes;
+        // reading and hashing stay off the async workers like compiling does.
+        let read = tokio::task::spawn_blocking(move || {
+            runtime.read_file(&owned).map(|bytes| {
+                let sha = hex::encode(Sha256::digest(&bytes));
+                (bytes, sha)
+            })
+        })
+        .await
+        .map_err(|e| ReloadError::Invalid(format!("read task failed: {e}")))?;
+        let (bytes, sha) = match read {
+            Ok(read) => read,
+            Err(LoadError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
                 return Err(ReloadError::Deleted(path.display().to_string()));
             }
-            Err(err) => {
+            Err(LoadError::Io { error, .. }) => {
                 return Err(ReloadError::Read {
                     path: path.display().to_string(),
-                    reason: err.to_string(),
+                    reason: error.to_string(),
                 });
             }
+            Err(refused) => return Err(ReloadError::Invalid(refused.to_string())),
         };
-        let sha = hex::encode(Sha256::digest(&bytes));
         if sha == slot.load().sha256() {
             return Ok(None);
         }
