@@ -295,3 +295,88 @@ fn check_refuses_a_plugin_larger_than_max_plugin_size_without_reading_it() {
     let out = worker_host(&["check", "-c", config.to_str().expect("utf-8")], &[]);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
 }
+
+/// `publish` is mandatory: a message no queue would receive is an error, not `published`.
+#[tokio::test]
+async fn publish_to_a_key_nothing_is_bound_to_exits_1() {
+    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+    let p = crate::common::unique("clipub-unroutable");
+    let (exchange, queue) = (format!("{p}.ex"), format!("{p}.q"));
+    let (conn, ch) = crate::common::channel().await;
+    ch.exchange_declare(
+        exchange.as_str().into(),
+        lapin::ExchangeKind::Topic,
+        ExchangeDeclareOptions::default(),
+        Default::default(),
+    )
+    .await
+    .expect("declare exchange");
+    ch.queue_declare(
+        queue.as_str().into(),
+        QueueDeclareOptions::default(),
+        Default::default(),
+    )
+    .await
+    .expect("declare queue");
+    ch.queue_bind(
+        queue.as_str().into(),
+        exchange.as_str().into(),
+        "bound.key".into(),
+        QueueBindOptions::default(),
+        Default::default(),
+    )
+    .await
+    .expect("bind");
+    let (_dir, config) = config_dir("");
+    let config = config.to_str().expect("utf-8").to_string();
+    let env = [("WORKER_BROKER_URL", crate::common::broker_url())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let publish = |exchange: &str, key: &str| {
+        let args = [
+            "publish",
+            "-c",
+            &config,
+            "--exchange",
+            exchange,
+            "--routing-key",
+            key,
+            "--body",
+            "x",
+        ];
+        let out = worker_host(&args, &env);
+        let (stdout, stderr) = text(&out);
+        assert_no_panic(&stderr);
+        (out.status.code(), stdout, stderr)
+    };
+
+    let (code, stdout, stderr) = publish(&exchange, "nothing.bound");
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("published"), "{stdout}");
+    assert!(
+        stderr.starts_with("error: message not published"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("has no queue bound for key \"nothing.bound\""),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = publish(&format!("{p}.missing"), "bound.key");
+    assert_eq!(code, Some(1), "a missing exchange: {stderr}");
+    assert!(
+        stderr.starts_with("error: message not published"),
+        "{stderr}"
+    );
+
+    let (code, stdout, stderr) = publish(&exchange, "bound.key");
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("published "), "{stdout}");
+    assert_eq!(
+        crate::common::depth(&ch, &queue).await,
+        1,
+        "only the routable one arrived"
+    );
+
+    let _ = conn.close(200, "bye".into()).await;
+    crate::common::cleanup(&[queue], &[exchange]).await;
+}
