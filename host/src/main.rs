@@ -21,7 +21,11 @@ fn main() -> ExitCode {
         Err(err) => tracing::warn!("cannot raise the open-file limit to its hard limit: {err}"),
     }
     if let Err(err) = descriptors::start_compat_runtime() {
-        eprintln!("error: {err:#}");
+        if json {
+            tracing::error!("{err:#}");
+        } else {
+            eprintln!("error: {err:#}");
+        }
         return ExitCode::from(1);
     }
     let runtime = match tokio::runtime::Runtime::new() {
