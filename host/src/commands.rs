@@ -46,6 +46,7 @@ pub async fn dispatch(command: Command) -> anyhow::Result<()> {
 async fn check(path: &Path) -> anyhow::Result<()> {
     let config = load_config(path)?;
     let runtime = service::runtime_for(&config)?;
+    runtime.set_max_plugin_size(config.plugins.max_plugin_size);
     let mut seen = std::collections::BTreeSet::new();
     let mut problems = Vec::new();
     for sub in &config.subscriptions {
@@ -116,12 +117,13 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
     if let Some(ct) = &args.content_type {
         props = props.with_content_type(ct.as_str().into());
     }
-    // Refuse a delay the levels cannot express before touching the broker.
+    // Refuse a delay the levels cannot express before touching the broker. A delay that rounds
+    // to nothing is a plain publish.
     let delayed = match args.delay {
         Some(delay) => {
             let delayer = Delayer::required(&config)?;
-            delayer.steps(delay)?;
-            Some((delayer, delay))
+            let steps = delayer.steps(delay)?;
+            (steps > 0).then_some((delayer, delay))
         }
         None => None,
     };
@@ -130,20 +132,26 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
-    match delayed {
+    let published = match delayed {
+        // Only the entry into the delay levels can be checked now (mandatory there); where the
+        // message goes at its due time is decided then (docs/delay.md).
         Some((delayer, delay)) => {
-            delayer.declare(&conn).await?;
-            delayer
-                .publish(
-                    &channel,
-                    &args.exchange,
-                    &args.routing_key,
-                    &body,
-                    props,
-                    delay,
-                )
-                .await?
+            async {
+                delayer.declare(&conn).await?;
+                delayer
+                    .publish(
+                        &channel,
+                        &args.exchange,
+                        &args.routing_key,
+                        &body,
+                        props,
+                        delay,
+                    )
+                    .await
+            }
+            .await
         }
+        // Mandatory: a message no queue would receive is an error, not a silent drop.
         None => {
             publish_confirmed(
                 &channel,
@@ -151,12 +159,13 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
                 &args.routing_key,
                 &body,
                 props,
-                false,
+                true,
             )
-            .await?
+            .await
         }
-    }
+    };
     let _ = conn.close(200, "done".into()).await;
+    published.context("message not published")?;
     println!("published {message_id}");
     Ok(())
 }

@@ -7,6 +7,7 @@ pub mod commands;
 pub mod config;
 pub mod consumer;
 pub mod delay;
+pub mod descriptors;
 pub mod failed;
 pub mod metrics;
 pub mod outcome;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use worker_host::cli::{Cli, Command, LogFormat};
-use worker_host::{commands, exit_code, service};
+use worker_host::{commands, descriptors, exit_code, service};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -17,6 +17,24 @@ fn main() -> ExitCode {
     };
     let json = cli.log_format == LogFormat::Json;
     init_tracing(cli.log_format, matches!(cli.command, Command::Run(_)));
+    // Before the runtime starts: its threads and everything they open get the raised limit.
+    match descriptors::raise_open_file_limit() {
+        Ok(limit) if limit.before != limit.after => tracing::info!(
+            "open-file limit raised from {} to {}",
+            show_limit(limit.before),
+            show_limit(limit.after)
+        ),
+        Ok(_) => {}
+        Err(err) => tracing::warn!("cannot raise the open-file limit to its hard limit: {err}"),
+    }
+    if let Err(err) = descriptors::start_compat_runtime() {
+        if json {
+            tracing::error!("{err:#}");
+        } else {
+            eprintln!("error: {err:#}");
+        }
+        return ExitCode::from(1);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {
@@ -50,6 +68,10 @@ fn main() -> ExitCode {
             ExitCode::from(exit_code(&err))
         }
     }
+}
+
+fn show_limit(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "unlimited".to_string(), |n| n.to_string())
 }
 
 /// RUST_LOG wins; otherwise the service logs at info and one-shot commands only warnings.

@@ -1,5 +1,5 @@
-//! Hot reload: watches the plugins folder and the config file's folder, swaps plugin versions
-//! atomically, and tells the service when worker.toml changed.
+//! Hot reload: swaps plugin versions atomically when their files change (the watching itself is
+//! in `watch`), and tells the service when worker.toml changed.
 //!
 //! Calls already running keep the `Arc<Plugin>` they started with; new calls load the new one.
 //! A new version is read, hashed, compiled, ABI-checked and pre-linked (`InstancePre`) on a
@@ -10,16 +10,16 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use notify::RecursiveMode;
-use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::plugin::{Plugin, Runtime};
+use crate::plugin::{LoadError, Plugin, Runtime};
+
+mod watch;
+
+pub use watch::{Watcher, watch};
 
 /// Why a changed plugin file was not swapped in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,10 +27,11 @@ pub enum ReloadError {
     /// The file is gone; the last version keeps serving.
     #[error("{0} was deleted")]
     Deleted(String),
-    /// The file could not be read.
+    /// The file could not be read (out of descriptors, say): worth another try later.
     #[error("cannot read {path}: {reason}")]
     Read { path: String, reason: String },
-    /// The new bytes do not make a valid plugin (garbage, half-written, missing export, ...).
+    /// The file is refused (larger than max_plugin_size, not wasm) or its bytes do not make a
+    /// valid plugin (half-written, missing export, ...).
     #[error("{0}")]
     Invalid(String),
 }
@@ -76,6 +77,11 @@ impl PluginSet {
             loading: Arc::default(),
             stats: Arc::default(),
         }
+    }
+
+    /// Sets `[plugins] max_plugin_size` for every later load and reload.
+    pub fn set_max_plugin_size(&self, bytes: u64) {
+        self.runtime.set_max_plugin_size(bytes);
     }
 
     /// The slot for `path`, loading the file the first time it is named.
@@ -138,7 +144,7 @@ impl PluginSet {
     /// Checks every file in use by its hash and swaps in what changed: for SIGHUP, and for
     /// filesystems that send no events.
     pub async fn recheck(&self) {
-        self.sweep(&[]).await;
+        let _ = self.sweep(&[]).await;
     }
 
     /// `reload` without taking `loading`; an unchanged file is counted and logged only with
@@ -190,19 +196,31 @@ impl PluginSet {
         path: &Path,
         slot: &ArcSwap<Plugin>,
     ) -> Result<Option<Arc<Plugin>>, ReloadError> {
-        let bytes = match tokio::fs::read(path).await {
-            Ok(bytes) => bytes,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+        let runtime = self.runtime.clone();
+        let owned = path.to_path_buf();
+        // Reading is bounded by max_plugin_size and refuses foreign files after four bytes;
+        // reading and hashing stay off the async workers like compiling does.
+        let read = tokio::task::spawn_blocking(move || {
+            runtime.read_file(&owned).map(|bytes| {
+                let sha = hex::encode(Sha256::digest(&bytes));
+                (bytes, sha)
+            })
+        })
+        .await
+        .map_err(|e| ReloadError::Invalid(format!("read task failed: {e}")))?;
+        let (bytes, sha) = match read {
+            Ok(read) => read,
+            Err(LoadError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
                 return Err(ReloadError::Deleted(path.display().to_string()));
             }
-            Err(err) => {
+            Err(LoadError::Io { error, .. }) => {
                 return Err(ReloadError::Read {
                     path: path.display().to_string(),
-                    reason: err.to_string(),
+                    reason: error.to_string(),
                 });
             }
+            Err(refused) => return Err(ReloadError::Invalid(refused.to_string())),
         };
-        let sha = hex::encode(Sha256::digest(&bytes));
         if sha == slot.load().sha256() {
             return Ok(None);
         }
@@ -217,15 +235,19 @@ impl PluginSet {
         Ok(Some(compiled))
     }
 
-    /// Checks every file in use; unchanged ones are skipped quietly.
-    async fn sweep(&self, except: &[PathBuf]) {
+    /// Checks every file in use; unchanged ones are skipped quietly. Returns whether a file
+    /// could not be read (out of descriptors, say), which is worth another try later.
+    async fn sweep(&self, except: &[PathBuf]) -> bool {
         let _loading = self.loading.lock().await;
+        let mut unreadable = false;
         // Listed under the lock, so a slot being created meanwhile is included.
         for path in self.paths() {
             if !except.contains(&path) {
-                let _ = self.reload_logged(&path, false).await;
+                let result = self.reload_logged(&path, false).await;
+                unreadable |= matches!(result, Err(ReloadError::Read { .. }));
             }
         }
+        unreadable
     }
 }
 
@@ -233,139 +255,4 @@ fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())
-}
-
-/// Keeps the watcher alive; dropping it stops watching.
-pub struct Watcher {
-    _debouncer: notify_debouncer_full::Debouncer<
-        notify::RecommendedWatcher,
-        notify_debouncer_full::RecommendedCache,
-    >,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// How long a burst of file events must be quiet before it is acted on: long enough for an
-/// editor's write-temp-then-rename or a `cp` of a plugin, short enough for the 500 ms target.
-const DEBOUNCE: Duration = Duration::from_millis(100);
-
-/// Watches the plugins folder and the config file's folder (the directories, so renames and
-/// re-creations are seen). Plugin changes are applied here; config changes go to `changes`.
-pub fn watch(
-    plugins_dir: &Path,
-    config_path: &Path,
-    plugins: PluginSet,
-    changes: mpsc::Sender<Change>,
-) -> anyhow::Result<Watcher> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<DebounceEventResult>();
-    let mut debouncer = new_debouncer(DEBOUNCE, None, move |result| {
-        let _ = tx.send(result);
-    })?;
-    let plugins_dir =
-        std::fs::canonicalize(plugins_dir).unwrap_or_else(|_| plugins_dir.to_path_buf());
-    debouncer.watch(&plugins_dir, RecursiveMode::NonRecursive)?;
-    let config_path = absolute(config_path);
-    let config_dir = config_path.parent().map(Path::to_path_buf);
-    if let Some(dir) = &config_dir
-        && *dir != plugins_dir
-    {
-        debouncer.watch(dir, RecursiveMode::NonRecursive)?;
-    }
-    let mut config_digest = digest_of(&config_path);
-    let task = tokio::spawn(async move {
-        // A file replaced between the first load and the start of watching is caught here.
-        plugins.sweep(&[]).await;
-        while let Some(result) = rx.recv().await {
-            let events = match result {
-                Ok(events) => events,
-                Err(errors) => {
-                    for err in errors {
-                        warn!("file watcher: {err}");
-                    }
-                    continue;
-                }
-            };
-            let mut touched: Vec<PathBuf> = events
-                .iter()
-                .filter(|e| !e.kind.is_access())
-                .flat_map(|e| e.paths.iter().cloned())
-                .collect();
-            touched.sort();
-            touched.dedup();
-
-            // worker.toml: any change in its folder counts (a Kubernetes ConfigMap swaps a
-            // `..data` symlink and never touches the file's own name), but only new content
-            // triggers a reload.
-            if touched.iter().any(|p| p.parent() == config_dir.as_deref())
-                && let Some(digest) = digest_of(&config_path)
-                && config_digest != Some(digest)
-            {
-                config_digest = Some(digest);
-                match changes.try_send(Change::Config) {
-                    // Full: a reload is already queued and will read the newest file.
-                    Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
-                    Err(mpsc::error::TrySendError::Closed(_)) => return,
-                }
-            }
-
-            let known = plugins.paths();
-            let mut direct = Vec::new();
-            let mut unnamed = false;
-            for path in touched
-                .iter()
-                .filter(|p| p.parent() == Some(plugins_dir.as_path()))
-            {
-                if *path == config_path {
-                    continue;
-                }
-                match known.iter().find(|k| same_file(k, path)) {
-                    Some(slot_path) if !direct.contains(slot_path) => {
-                        direct.push(slot_path.clone())
-                    }
-                    Some(_) => {}
-                    None => unnamed = true,
-                }
-            }
-            for path in &direct {
-                let _ = plugins.reload(path).await;
-            }
-            if unnamed {
-                // A temp file, a new plugin nobody uses yet, or a symlink swap: cheap to check
-                // every file in use by its hash.
-                plugins.sweep(&direct).await;
-            }
-        }
-    });
-    Ok(Watcher {
-        _debouncer: debouncer,
-        task,
-    })
-}
-
-/// SHA-256 of a file's bytes, or None when it cannot be read right now.
-fn digest_of(path: &Path) -> Option<[u8; 32]> {
-    std::fs::read(path).ok().map(|b| Sha256::digest(&b).into())
-}
-
-fn absolute(path: &Path) -> PathBuf {
-    if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        };
-        if let Ok(dir) = std::fs::canonicalize(dir) {
-            return dir.join(name);
-        }
-    }
-    path.to_path_buf()
-}
-
-fn same_file(slot: &Path, event: &Path) -> bool {
-    slot == event || absolute(slot) == event
 }

@@ -235,3 +235,154 @@ async fn publish_with_delay_header_and_file_arrives_after_the_delay() {
     )
     .await;
 }
+
+/// A folder with plugins/ and a worker.toml of `[broker]` plus `extra`.
+fn config_dir(extra: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("plugins")).expect("mkdir");
+    let config = dir.path().join("worker.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[broker]\nurl = \"{}\"\n\n{extra}",
+            crate::common::broker_url()
+        ),
+    )
+    .expect("write");
+    (dir, config)
+}
+
+/// A valid ABI v1 module padded by a data segment of `pad` bytes.
+fn padded_plugin(pad: usize) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module (memory (export "memory") 1) (data (i32.const 0) "{}")
+           (func (export "worker_abi_v1")) (func (export "worker_handle") (result i32) i32.const 0))"#,
+        "x".repeat(pad)
+    ))
+    .expect("wat")
+}
+
+#[test]
+fn check_refuses_a_plugin_larger_than_max_plugin_size_without_reading_it() {
+    let sub = |plugin: &str| {
+        format!(
+            "[[subscription]]\nqueue = \"q-{plugin}\"\nplugin = \"{plugin}\"\nbindings = [\"k\"]\n\n"
+        )
+    };
+    // The configured limit, and a sparse 1GiB file against the default one (256MiB).
+    let (dir, config) = config_dir(&format!(
+        "[plugins]\nmax_plugin_size = \"1KiB\"\n\n{}",
+        sub("big.wasm")
+    ));
+    std::fs::write(dir.path().join("plugins/big.wasm"), padded_plugin(4096)).expect("write");
+    let (default_dir, default_config) = config_dir(&sub("huge.wasm"));
+    std::fs::File::create(default_dir.path().join("plugins/huge.wasm"))
+        .and_then(|f| f.set_len(1 << 30))
+        .expect("sparse file");
+    for (config, needle) in [
+        (&config, "big.wasm: the file is "),
+        (&default_config, "huge.wasm: the file is 1GiB"),
+    ] {
+        let out = worker_host(&["check", "-c", config.to_str().expect("utf-8")], &[]);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_no_panic(&stderr);
+        assert!(stderr.contains(needle), "{stderr}");
+        assert!(stderr.contains("larger than max_plugin_size ("), "{stderr}");
+        assert!(stderr.contains("it was not read"), "{stderr}");
+    }
+    let (_, stderr) = text(&worker_host(
+        &["check", "-c", config.to_str().expect("utf-8")],
+        &[],
+    ));
+    assert!(stderr.contains("max_plugin_size (1KiB)"), "{stderr}");
+    // The same plugin passes under a limit it fits.
+    std::fs::write(dir.path().join("plugins/big.wasm"), padded_plugin(100)).expect("write");
+    let out = worker_host(&["check", "-c", config.to_str().expect("utf-8")], &[]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+}
+
+/// `publish` is mandatory: a message no queue would receive is an error, not `published`.
+#[tokio::test]
+async fn publish_to_a_key_nothing_is_bound_to_exits_1() {
+    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+    let p = crate::common::unique("clipub-unroutable");
+    let (exchange, queue) = (format!("{p}.ex"), format!("{p}.q"));
+    let (conn, ch) = crate::common::channel().await;
+    ch.exchange_declare(
+        exchange.as_str().into(),
+        lapin::ExchangeKind::Topic,
+        ExchangeDeclareOptions::default(),
+        Default::default(),
+    )
+    .await
+    .expect("declare exchange");
+    ch.queue_declare(
+        queue.as_str().into(),
+        QueueDeclareOptions::default(),
+        Default::default(),
+    )
+    .await
+    .expect("declare queue");
+    ch.queue_bind(
+        queue.as_str().into(),
+        exchange.as_str().into(),
+        "bound.key".into(),
+        QueueBindOptions::default(),
+        Default::default(),
+    )
+    .await
+    .expect("bind");
+    let (_dir, config) = config_dir("");
+    let config = config.to_str().expect("utf-8").to_string();
+    let env = [("WORKER_BROKER_URL", crate::common::broker_url())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let publish = |exchange: &str, key: &str| {
+        let args = [
+            "publish",
+            "-c",
+            &config,
+            "--exchange",
+            exchange,
+            "--routing-key",
+            key,
+            "--body",
+            "x",
+        ];
+        let out = worker_host(&args, &env);
+        let (stdout, stderr) = text(&out);
+        assert_no_panic(&stderr);
+        (out.status.code(), stdout, stderr)
+    };
+
+    let (code, stdout, stderr) = publish(&exchange, "nothing.bound");
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("published"), "{stdout}");
+    assert!(
+        stderr.starts_with("error: message not published"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("has no queue bound for key \"nothing.bound\""),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = publish(&format!("{p}.missing"), "bound.key");
+    assert_eq!(code, Some(1), "a missing exchange: {stderr}");
+    assert!(
+        stderr.starts_with("error: message not published"),
+        "{stderr}"
+    );
+
+    let (code, stdout, stderr) = publish(&exchange, "bound.key");
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("published "), "{stdout}");
+    assert_eq!(
+        crate::common::depth(&ch, &queue).await,
+        1,
+        "only the routable one arrived"
+    );
+
+    let _ = conn.close(200, "bye".into()).await;
+    crate::common::cleanup(&[queue], &[exchange]).await;
+}

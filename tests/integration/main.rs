@@ -5,6 +5,7 @@ mod cli;
 mod common;
 mod consumer;
 mod delay;
+mod descriptors;
 mod failed;
 mod faults;
 mod forwarder;

@@ -2,6 +2,8 @@
 //! attributed to the version that handled it), bad and half-written files, editor-style saves,
 //! and subscriptions following edits of worker.toml.
 
+mod folders;
+mod limits;
 mod support;
 
 use std::collections::BTreeMap;

@@ -70,7 +70,12 @@ impl Default for Exchanges {
 pub struct Plugins {
     /// Resolved against the folder of worker.toml.
     pub dir: PathBuf,
+    /// Larger plugin files are refused before they are read.
+    pub max_plugin_size: u64,
 }
+
+/// `[plugins] max_plugin_size` when unset: far above any real plugin, far below what would hurt.
+pub const DEFAULT_MAX_PLUGIN_SIZE: u64 = 256 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {

@@ -48,6 +48,7 @@ pub struct RawExchanges {
 #[serde(deny_unknown_fields)]
 pub struct RawPlugins {
     pub dir: Option<Spanned<String>>,
+    pub max_plugin_size: Option<Spanned<ByteSize>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -126,6 +126,7 @@ fn defaults() {
     assert_eq!(config.exchanges.retry, "master.retry");
     assert_eq!(config.exchanges.failed, "master.failed");
     assert_eq!(config.plugins.dir, fixtures("good").join("plugins"));
+    assert_eq!(config.plugins.max_plugin_size, 256 << 20);
     assert!(config.admin.is_none());
     assert!(config.delay.is_none());
     assert!(config.exchanges_extra.is_empty() && config.queues_extra.is_empty());
@@ -170,6 +171,7 @@ fn full_config_sets_every_key() {
     assert_eq!(config.broker.shutdown_timeout, Duration::from_secs(45));
     assert_eq!(config.exchanges.master, "main");
     assert_eq!(config.exchanges.failed, "main.failed");
+    assert_eq!(config.plugins.max_plugin_size, 64 << 20);
     assert_eq!(config.admin.as_ref().map(|a| a.listen.port()), Some(9464));
     assert_eq!(config.delay, Some(DelayConfig { levels: 28 }));
 

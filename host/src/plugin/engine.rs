@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -51,6 +52,8 @@ struct Inner {
     with_wasi: Linker<State>,
     /// Never more calls in flight than pool slots: wait rather than fail.
     slots: Arc<Semaphore>,
+    /// Larger plugin files are refused before they are read (`[plugins] max_plugin_size`).
+    max_plugin_size: AtomicU64,
 }
 
 impl Runtime {
@@ -111,21 +114,32 @@ impl Runtime {
                 plain,
                 with_wasi,
                 slots: Arc::new(Semaphore::new(slots as usize)),
+                max_plugin_size: AtomicU64::new(crate::config::DEFAULT_MAX_PLUGIN_SIZE),
             }),
         })
     }
 
+    /// Sets `[plugins] max_plugin_size` for every later read (the default is
+    /// `DEFAULT_MAX_PLUGIN_SIZE`); a config reload may change it.
+    pub fn set_max_plugin_size(&self, bytes: u64) {
+        self.inner.max_plugin_size.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The largest plugin file read.
+    pub fn max_plugin_size(&self) -> u64 {
+        self.inner.max_plugin_size.load(Ordering::Relaxed)
+    }
+
     /// Blocking (reads and compiles): call it from `spawn_blocking`.
     pub fn load_file(&self, path: &Path) -> Result<Arc<Plugin>, LoadError> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
-        let bytes = std::fs::read(path).map_err(|error| LoadError::Io {
-            file: name.clone(),
-            error,
-        })?;
-        self.load_bytes(&name, &bytes)
+        let bytes = self.read_file(path)?;
+        self.load_bytes(&super::file::file_name(path), &bytes)
+    }
+
+    /// The bytes of a plugin file, refused before being read whole when the file is larger than
+    /// `max_plugin_size` or does not start like WebAssembly. Blocking.
+    pub fn read_file(&self, path: &Path) -> Result<Vec<u8>, LoadError> {
+        super::file::read(path, self.max_plugin_size())
     }
 
     /// Blocking (compiles): call it from `spawn_blocking`.

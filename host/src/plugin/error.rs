@@ -11,6 +11,15 @@ pub enum LoadError {
     Io { file: String, error: std::io::Error },
     #[error("{file}: not a WebAssembly module (the file does not start with \\0asm)")]
     NotWasm { file: String },
+    #[error("{file}: not a regular file")]
+    NotAFile { file: String },
+    /// Sizes as `human_size` writes them.
+    #[error("{file}: the file is {size}, larger than max_plugin_size ({limit}); it was not read")]
+    TooLarge {
+        file: String,
+        size: String,
+        limit: String,
+    },
     #[error("{file}: is a WebAssembly component; ABI v1 needs a core module")]
     Component { file: String },
     #[error("{file}: does not compile: {reason}")]

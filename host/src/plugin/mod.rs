@@ -5,6 +5,7 @@
 mod abi;
 mod engine;
 mod error;
+mod file;
 mod state;
 mod wasi;
 

@@ -15,8 +15,8 @@ use super::error::{ConfigError, Location, Problem, Warning};
 use super::raw::{RawConfig, RawQueue, RawSettings, RawSubscription};
 use super::units::{DurationText, MAX_NAME_BYTES, Name};
 use super::{
-    Admin, BindingDecl, Broker, Config, DelayConfig, ExchangeDecl, Exchanges, Plugins, QueueDecl,
-    QueueType, RetryDelay, Subscription,
+    Admin, BindingDecl, Broker, Config, DEFAULT_MAX_PLUGIN_SIZE, DelayConfig, ExchangeDecl,
+    Exchanges, Plugins, QueueDecl, QueueType, RetryDelay, Subscription,
 };
 
 /// RabbitMQ refuses a TTL above ten years (in milliseconds).
@@ -37,6 +37,10 @@ const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 const MIN_MEMORY_LIMIT: u64 = 64 << 10;
 /// The whole 32-bit address space of a wasm32 module.
 const MAX_MEMORY_LIMIT: u64 = 4 << 30;
+/// Bounds of `max_plugin_size`: zero would refuse every plugin; wasmtime compiles no module
+/// near 4GiB.
+const MIN_PLUGIN_SIZE: u64 = 1 << 10;
+const MAX_PLUGIN_SIZE: u64 = 4 << 30;
 
 pub fn parse(
     text: &str,
@@ -289,7 +293,25 @@ impl Checker<'_> {
                 ),
             );
         }
-        Plugins { dir }
+        let max_plugin_size = raw
+            .plugins
+            .as_ref()
+            .and_then(|p| p.max_plugin_size.as_ref());
+        if let Some(size) = max_plugin_size
+            && !(MIN_PLUGIN_SIZE..=MAX_PLUGIN_SIZE).contains(&size.get_ref().0)
+        {
+            self.error(
+                Some(size.span()),
+                format!(
+                    "expected max_plugin_size between 1KiB and 4GiB, got {} bytes",
+                    size.get_ref().0
+                ),
+            );
+        }
+        Plugins {
+            dir,
+            max_plugin_size: max_plugin_size.map_or(DEFAULT_MAX_PLUGIN_SIZE, |s| s.get_ref().0),
+        }
     }
 }
 
