@@ -162,6 +162,7 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
                 true,
             )
             .await
+            .map_err(anyhow::Error::from)
         }
     };
     let _ = conn.close(200, "done".into()).await;

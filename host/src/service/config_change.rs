@@ -25,6 +25,9 @@ pub(super) async fn apply_config_change(state: &mut State, link: &Link, consumer
             return;
         }
     };
+    state
+        .plugins
+        .set_max_plugin_size(new.plugins.max_plugin_size);
     let next = match prepare_subscribers(state, &new).await {
         Ok(next) => next,
         Err(err) => {

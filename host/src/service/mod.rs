@@ -44,11 +44,13 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
         .unwrap_or(64 << 20);
     // Headroom: a reload keeps old calls running while new ones start, and a config reload may
     // raise concurrency.
-    Runtime::new(&RuntimeConfig {
+    let runtime = Runtime::new(&RuntimeConfig {
         max_instances: calls.saturating_mul(2).max(32),
         max_memory,
     })
-    .context("starting the plugin runtime")
+    .context("starting the plugin runtime")?;
+    runtime.set_max_plugin_size(config.plugins.max_plugin_size);
+    Ok(runtime)
 }
 
 /// Compiles one plugin file off the async workers.
