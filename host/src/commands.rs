@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::delay::Delayer;
 use crate::outcome;
 use crate::service;
+use crate::stdout::say;
 use crate::topology::Plan;
 
 /// Loads and validates the config, printing its warnings to stderr.
@@ -36,7 +37,7 @@ pub async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Failed { command } => crate::failed::run(command).await,
         Command::NewPlugin { name, dir } => {
             let path = crate::scaffold::new_plugin(&dir, &name)?;
-            println!("created {}", path.display());
+            say!("created {}", path.display());
             Ok(())
         }
     }
@@ -54,7 +55,7 @@ async fn check(path: &Path) -> anyhow::Result<()> {
             continue;
         }
         match service::load_plugin(&runtime, &sub.plugin_path).await {
-            Ok(plugin) => println!(
+            Ok(plugin) => say!(
                 "plugin {} ok (sha256 {})",
                 plugin.name(),
                 plugin.short_sha()
@@ -65,7 +66,7 @@ async fn check(path: &Path) -> anyhow::Result<()> {
     if !problems.is_empty() {
         anyhow::bail!("{}", problems.join("\n"));
     }
-    println!(
+    say!(
         "{}: ok ({} subscriptions, {} plugins)",
         config.path.display(),
         config.subscriptions.len(),
@@ -77,12 +78,12 @@ async fn check(path: &Path) -> anyhow::Result<()> {
 async fn topology(path: &Path, apply: bool) -> anyhow::Result<()> {
     let config = load_config(path)?;
     let plan = Plan::from_config(&config);
-    print!("{plan}");
+    say!("{}", plan.to_string().trim_end());
     if apply {
         let conn = broker::connect_once(&config.broker.urls, "worker-host topology").await?;
         plan.declare(&conn).await?;
         let _ = conn.close(200, "done".into()).await;
-        println!("declared.");
+        say!("declared.");
     }
     Ok(())
 }
@@ -152,21 +153,19 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
             .await
         }
         // Mandatory: a message no queue would receive is an error, not a silent drop.
-        None => {
-            publish_confirmed(
-                &channel,
-                &args.exchange,
-                &args.routing_key,
-                &body,
-                props,
-                true,
-            )
-            .await
-            .map_err(anyhow::Error::from)
-        }
+        None => publish_confirmed(
+            &channel,
+            &args.exchange,
+            &args.routing_key,
+            &body,
+            props,
+            true,
+        )
+        .await
+        .map_err(anyhow::Error::from),
     };
     let _ = conn.close(200, "done".into()).await;
     published.context("message not published")?;
-    println!("published {message_id}");
+    say!("published {message_id}");
     Ok(())
 }

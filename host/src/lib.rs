@@ -15,6 +15,7 @@ pub mod plugin;
 pub mod reload;
 pub mod scaffold;
 pub mod service;
+mod stdout;
 pub mod topology;
 
 pub use service::run;

@@ -9,6 +9,7 @@ mod select;
 
 use crate::cli::FailedCommand;
 use crate::config::{Config, Subscription, failed_queue_name};
+use crate::stdout::say;
 
 pub use discard::discard;
 pub use list::{PREVIEW_BYTES, list};
@@ -79,7 +80,7 @@ pub async fn run(command: FailedCommand) -> anyhow::Result<()> {
             };
             let report = replay(&config, &queue, &selection).await?;
             let failed = failed_queue_name(&queue);
-            println!(
+            say!(
                 "moved {} from {failed} back to {queue}",
                 messages(report.done)
             );
@@ -99,7 +100,7 @@ pub async fn run(command: FailedCommand) -> anyhow::Result<()> {
             };
             let report = discard(&config, &queue, &selection).await?;
             let failed = failed_queue_name(&queue);
-            println!("discarded {} from {failed}", messages(report.done));
+            say!("discarded {} from {failed}", messages(report.done));
             finish(failed, report)
         }
     }
