@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use worker_abi::{Answer, meta};
 
 use crate::sys::native::{self, Context};
 use crate::{IntoOutcome, Level, Message, Outcome, rt};
@@ -26,7 +27,8 @@ use crate::{IntoOutcome, Level, Message, Outcome, rt};
 /// A message to call a handler with, built up like the host would deliver it.
 ///
 /// Defaults: routing key `test.message` (also the original routing key unless set), exchange
-/// `master`, queue `test@queue`, attempt 1, not redelivered, no config, every exchange allowed.
+/// `master`, queue `test@queue`, attempt 1, not redelivered, no config, every exchange allowed,
+/// delays accepted. Publishes are checked like the host does, with its default per-call limits.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct TestMessage {
@@ -34,6 +36,7 @@ pub struct TestMessage {
     meta: BTreeMap<String, String>,
     config: Option<Vec<u8>>,
     allowed_exchanges: Option<Vec<String>>,
+    delays: bool,
     publish_refusal: Option<i32>,
 }
 
@@ -41,11 +44,11 @@ impl TestMessage {
     /// A message with this body.
     pub fn new(body: impl Into<Vec<u8>>) -> Self {
         let meta = [
-            ("routing-key", "test.message"),
-            ("exchange", "master"),
-            ("queue", "test@queue"),
-            ("attempt", "1"),
-            ("redelivered", "false"),
+            (meta::ROUTING_KEY, "test.message"),
+            (meta::EXCHANGE, "master"),
+            (meta::QUEUE, "test@queue"),
+            (meta::ATTEMPT, "1"),
+            (meta::REDELIVERED, meta::FALSE),
         ];
         TestMessage {
             body: body.into(),
@@ -55,6 +58,7 @@ impl TestMessage {
                 .collect(),
             config: None,
             allowed_exchanges: None,
+            delays: true,
             publish_refusal: None,
         }
     }
@@ -76,57 +80,57 @@ impl TestMessage {
 
     /// The routing key of this delivery.
     pub fn routing_key(self, key: &str) -> Self {
-        self.meta("routing-key", key)
+        self.meta(meta::ROUTING_KEY, key)
     }
 
     /// The key it was first published with (defaults to the routing key).
     pub fn original_routing_key(self, key: &str) -> Self {
-        self.meta("original-routing-key", key)
+        self.meta(meta::ORIGINAL_ROUTING_KEY, key)
     }
 
     /// The exchange it came through.
     pub fn exchange(self, exchange: &str) -> Self {
-        self.meta("exchange", exchange)
+        self.meta(meta::EXCHANGE, exchange)
     }
 
     /// The queue consumed.
     pub fn queue(self, queue: &str) -> Self {
-        self.meta("queue", queue)
+        self.meta(meta::QUEUE, queue)
     }
 
     /// Which call this is (1 = first).
     pub fn attempt(self, attempt: u32) -> Self {
-        self.meta("attempt", attempt)
+        self.meta(meta::ATTEMPT, attempt)
     }
 
     /// The broker's redelivered flag.
     pub fn redelivered(self, redelivered: bool) -> Self {
-        self.meta("redelivered", redelivered)
+        self.meta(meta::REDELIVERED, redelivered)
     }
 
     /// The `message_id` property.
     pub fn message_id(self, id: &str) -> Self {
-        self.meta("message-id", id)
+        self.meta(meta::MESSAGE_ID, id)
     }
 
     /// The `correlation_id` property.
     pub fn correlation_id(self, id: &str) -> Self {
-        self.meta("correlation-id", id)
+        self.meta(meta::CORRELATION_ID, id)
     }
 
     /// The `content_type` property.
     pub fn content_type(self, content_type: &str) -> Self {
-        self.meta("content-type", content_type)
+        self.meta(meta::CONTENT_TYPE, content_type)
     }
 
     /// The `timestamp` property, in seconds since the Unix epoch.
     pub fn timestamp(self, seconds: u64) -> Self {
-        self.meta("timestamp", seconds)
+        self.meta(meta::TIMESTAMP, seconds)
     }
 
     /// An AMQP header, as the text the host would hand over.
     pub fn header(self, name: &str, value: impl ToString) -> Self {
-        self.meta(&format!("header:{name}"), value)
+        self.meta(&format!("{}{name}", meta::HEADER_PREFIX), value)
     }
 
     /// The subscription config, as the `[subscription.config]` table would arrive.
@@ -148,9 +152,26 @@ impl TestMessage {
         self
     }
 
-    /// Refuse every publish with this (negative) ABI code, to test the refusal path.
-    pub fn refuse_publish(mut self, code: i32) -> Self {
-        self.publish_refusal = Some(code);
+    /// Refuses delayed publishes with [`PublishError::DelayRefused`](crate::PublishError::DelayRefused),
+    /// as a host without `[delay]` in worker.toml does.
+    pub fn refuse_delays(mut self) -> Self {
+        self.delays = false;
+        self
+    }
+
+    /// Refuses every publish with this refusal, or this (negative) ABI code, to test the refusal
+    /// path.
+    ///
+    /// ```
+    /// use worker_plugin_sdk::{PublishError, publish, testing::TestMessage};
+    /// use worker_plugin_sdk::abi::PublishRefusal;
+    ///
+    /// TestMessage::new("").refuse_publish(PublishRefusal::DelayRefused).run(|_: &_| {
+    ///     assert_eq!(publish("master", "k", ""), Err(PublishError::DelayRefused));
+    /// });
+    /// ```
+    pub fn refuse_publish(mut self, refusal: impl Into<i32>) -> Self {
+        self.publish_refusal = Some(refusal.into());
         self
     }
 
@@ -160,26 +181,27 @@ impl TestMessage {
     pub fn run<R: IntoOutcome>(self, handler: impl FnOnce(&Message) -> R) -> TestRun {
         install_panic_hook();
         let mut meta = self.meta;
-        if !meta.contains_key("original-routing-key") {
-            let key = meta.get("routing-key").cloned().unwrap_or_default();
-            meta.insert("original-routing-key".to_owned(), key);
+        if !meta.contains_key(meta::ORIGINAL_ROUTING_KEY) {
+            let key = meta.get(meta::ROUTING_KEY).cloned().unwrap_or_default();
+            meta.insert(meta::ORIGINAL_ROUTING_KEY.to_owned(), key);
         }
         native::enter(Context {
             body: self.body,
             meta,
             config: self.config,
             allowed_exchanges: self.allowed_exchanges,
+            delays: self.delays,
             publish_refusal: self.publish_refusal,
             ..Context::default()
         });
         let code = catch_unwind(AssertUnwindSafe(|| rt::handle(handler)));
         let ctx = native::leave().unwrap_or_default();
         let reason = ctx.reason.unwrap_or_default();
-        let outcome = match code {
-            Ok(0) => Outcome::Ok,
-            Ok(2) => Outcome::Fail(reason),
-            // 1, or a panic (a trap on wasm).
-            _ => Outcome::Retry(if reason.is_empty() {
+        let outcome = match code.ok().and_then(Answer::from_code) {
+            Some(Answer::Ok) => Outcome::Ok,
+            Some(Answer::Fail) => Outcome::Fail(reason),
+            // Retry, or a panic (a trap on wasm).
+            Some(Answer::Retry) | None => Outcome::Retry(if reason.is_empty() {
                 "panicked".to_owned()
             } else {
                 reason
@@ -282,6 +304,7 @@ fn install_panic_hook() {
 mod tests {
     use super::*;
     use crate::{Error, PublishError, ResultExt, publish, publish_delayed};
+    use worker_abi::{PublishRefusal, limits};
 
     #[test]
     fn metadata_reaches_the_handler() {
@@ -383,17 +406,56 @@ mod tests {
             });
         assert!(run.outcome.is_retry());
         assert!(run.publishes.is_empty());
-        for (code, expected) in [
-            (-2, PublishError::LimitExceeded),
-            (-3, PublishError::DelayRefused),
-            (-9, PublishError::Refused(-9)),
-        ] {
+        // Every refusal of ABI v1, by code, and a code from a newer host.
+        let expected = [
+            (-1, PublishError::ExchangeNotAllowed("master".into())),
+            (-2, PublishError::DelayRefused),
+            (-3, PublishError::TooManyMessages),
+            (-4, PublishError::TooManyBytes),
+            (-5, PublishError::Invalid),
+            (-9, PublishError::Other(-9)),
+        ];
+        for (code, want) in expected {
             TestMessage::new("")
                 .refuse_publish(code)
                 .run(|_: &Message| {
-                    assert_eq!(publish("master", "k", ""), Err(expected.clone()));
+                    let got = publish("master", "k", "");
+                    assert_eq!(got, Err(want.clone()));
+                    assert_eq!(want.code(), Some(code));
                 });
         }
+        for refusal in PublishRefusal::ALL {
+            let run = TestMessage::new("")
+                .refuse_publish(refusal)
+                .run(|_: &Message| publish("master", "k", ""));
+            let reason = run.outcome.reason().unwrap_or_default().to_owned();
+            assert!(reason.contains(refusal.description()), "{reason}");
+        }
+    }
+
+    #[test]
+    fn publishes_are_checked_like_the_host_does() {
+        let long = "k".repeat(limits::MAX_NAME_LEN + 1);
+        TestMessage::new("").run(|_: &Message| {
+            assert_eq!(publish("master", &long, ""), Err(PublishError::Invalid));
+            let big = vec![0u8; limits::MAX_PUBLISH_BYTES];
+            assert_eq!(publish("master", "k", big), Err(PublishError::TooManyBytes));
+            for _ in 0..limits::MAX_PUBLISHES {
+                assert_eq!(publish("master", "k", "x"), Ok(()));
+            }
+            assert_eq!(
+                publish("master", "k", "x"),
+                Err(PublishError::TooManyMessages)
+            );
+        });
+        TestMessage::new("").refuse_delays().run(|_: &Message| {
+            let later = Duration::from_secs(1);
+            assert_eq!(
+                publish_delayed("master", "k", "", later),
+                Err(PublishError::DelayRefused)
+            );
+            assert_eq!(publish_delayed("master", "k", "", Duration::ZERO), Ok(()));
+        });
     }
 
     #[test]
