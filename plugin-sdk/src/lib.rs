@@ -63,6 +63,10 @@ pub use publish::{PublishError, publish, publish_delayed, publish_json};
 /// Re-exported so plugins can use `serde_json::json!` and `Value` without their own dependency.
 pub use serde_json;
 
+/// The names and numbers of ABI v1, shared with the host: answer, log level and publish codes,
+/// meta keys, limits.
+pub use worker_abi as abi;
+
 /// Exports a function as the plugin's handler under ABI v1.
 ///
 /// The function takes `&Message` and returns an [`Outcome`], `()`, or `Result<(), E>` /
@@ -84,7 +88,8 @@ macro_rules! handler {
     ($handler:path) => {
         #[cfg(target_family = "wasm")]
         const _: () = {
-            /// ABI v1 marker: the host refuses modules without it.
+            /// ABI v1 marker: the host refuses modules without it. The export names are literals
+            /// (Rust needs them so); `sys` tests check them against `abi::export`.
             #[unsafe(no_mangle)]
             pub extern "C" fn worker_abi_v1() {}
 

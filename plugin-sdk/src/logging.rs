@@ -2,33 +2,8 @@
 
 use crate::sys;
 
-/// How important a log line is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Level {
-    /// Very detailed tracing (ABI level 0).
-    Trace = 0,
-    /// Debugging detail (1).
-    Debug = 1,
-    /// Normal progress (2).
-    Info = 2,
-    /// Something odd that was handled (3).
-    Warn = 3,
-    /// Something went wrong (4).
-    Error = 4,
-}
-
-impl Level {
-    /// The level for an ABI code; out-of-range codes clamp to the nearest level.
-    pub fn from_code(code: i32) -> Level {
-        match code {
-            i32::MIN..=0 => Level::Trace,
-            1 => Level::Debug,
-            2 => Level::Info,
-            3 => Level::Warn,
-            _ => Level::Error,
-        }
-    }
-}
+/// How important a log line is: [`abi::LogLevel`](crate::abi::LogLevel), under its SDK name.
+pub use worker_abi::LogLevel as Level;
 
 /// Writes one log line. The macros [`info!`](crate::info) and friends format and call this.
 ///
@@ -37,7 +12,7 @@ impl Level {
 /// log(Level::Info, "started");
 /// ```
 pub fn log(level: Level, message: &str) {
-    sys::log(level as i32, message);
+    sys::log(level.code(), message);
 }
 
 /// Logs at [`Level::Trace`] with `format!` syntax.

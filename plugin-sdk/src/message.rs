@@ -1,6 +1,7 @@
 //! The message a handler is called with: its body and the delivery's metadata.
 
 use serde::de::DeserializeOwned;
+use worker_abi::meta;
 
 use crate::{Error, sys};
 
@@ -47,22 +48,22 @@ pub struct Message {
 impl Message {
     /// Reads the current call's message from the host.
     pub(crate) fn load() -> Self {
-        let routing_key = sys::meta("routing-key").unwrap_or_default();
+        let routing_key = sys::meta(meta::ROUTING_KEY).unwrap_or_default();
         Message {
             body: sys::body(),
-            original_routing_key: sys::meta("original-routing-key")
+            original_routing_key: sys::meta(meta::ORIGINAL_ROUTING_KEY)
                 .unwrap_or_else(|| routing_key.clone()),
             routing_key,
-            exchange: sys::meta("exchange").unwrap_or_default(),
-            queue: sys::meta("queue").unwrap_or_default(),
-            attempt: sys::meta("attempt")
+            exchange: sys::meta(meta::EXCHANGE).unwrap_or_default(),
+            queue: sys::meta(meta::QUEUE).unwrap_or_default(),
+            attempt: sys::meta(meta::ATTEMPT)
                 .and_then(|a| a.trim().parse().ok())
                 .unwrap_or(1),
-            redelivered: sys::meta("redelivered").is_some_and(|r| r == "true"),
-            message_id: sys::meta("message-id"),
-            correlation_id: sys::meta("correlation-id"),
-            content_type: sys::meta("content-type"),
-            timestamp: sys::meta("timestamp").and_then(|t| t.trim().parse().ok()),
+            redelivered: sys::meta(meta::REDELIVERED).is_some_and(|r| r == meta::TRUE),
+            message_id: sys::meta(meta::MESSAGE_ID),
+            correlation_id: sys::meta(meta::CORRELATION_ID),
+            content_type: sys::meta(meta::CONTENT_TYPE),
+            timestamp: sys::meta(meta::TIMESTAMP).and_then(|t| t.trim().parse().ok()),
         }
     }
 
@@ -150,7 +151,7 @@ impl Message {
 
     /// An AMQP header as text (numbers and booleans are written out), or `None` if absent.
     pub fn header(&self, name: &str) -> Option<String> {
-        sys::meta(&format!("header:{name}"))
+        sys::meta(&format!("{}{name}", meta::HEADER_PREFIX))
     }
 
     /// Any `meta_get` key of ABI v1, for keys this type has no method for.

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use worker_abi::Answer;
+
 /// A handler's answer for one message.
 ///
 /// The host acks on [`Outcome::Ok`] (after publishing what the handler asked to publish),
@@ -39,10 +41,15 @@ impl Outcome {
 
     /// The ABI answer code: 0 ok, 1 retry, 2 fail.
     pub fn code(&self) -> i32 {
+        self.answer().code()
+    }
+
+    /// The ABI answer, without the reason.
+    pub fn answer(&self) -> Answer {
         match self {
-            Outcome::Ok => 0,
-            Outcome::Retry(_) => 1,
-            Outcome::Fail(_) => 2,
+            Outcome::Ok => Answer::Ok,
+            Outcome::Retry(_) => Answer::Retry,
+            Outcome::Fail(_) => Answer::Fail,
         }
     }
 

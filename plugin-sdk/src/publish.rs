@@ -5,57 +5,107 @@ use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
+use worker_abi::{PUBLISH_ACCEPTED, PublishRefusal};
 
 use crate::{Error, sys};
 
-/// Why the host refused a publish.
+/// Why a publish was refused. Every variant but [`PublishError::Serialize`] is the host's answer;
+/// the ABI code of each is [`PublishError::code`].
+///
+/// ```
+/// use worker_plugin_sdk::{PublishError, publish, testing::TestMessage};
+/// use worker_plugin_sdk::abi::PublishRefusal;
+///
+/// TestMessage::new("").refuse_publish(PublishRefusal::TooManyMessages).run(|_: &_| {
+///     assert_eq!(publish("master", "k", "x"), Err(PublishError::TooManyMessages));
+/// });
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PublishError {
-    /// The exchange is not in the subscription's `publish` list (code -1).
+    /// The exchange is not in the subscription's `publish` list.
     ExchangeNotAllowed(String),
-    /// Too many or too large publishes for one call (code -2).
-    LimitExceeded,
-    /// The delay was refused: no `[delay]` configured, or too long (code -3).
+    /// The delay was refused: delayed delivery is not enabled (`[delay]` in worker.toml), or the
+    /// delay is longer than its maximum.
     DelayRefused,
-    /// The host rejected an argument, e.g. an over-long routing key (code -4).
-    BadArgument,
-    /// Another negative code, from a newer host.
-    Refused(i32),
-    /// The value could not be serialized to JSON ([`publish_json`]).
+    /// More messages than the subscription allows per call (by default
+    /// [`MAX_PUBLISHES`](crate::abi::limits::MAX_PUBLISHES)).
+    TooManyMessages,
+    /// More bytes, routing keys plus bodies, than the subscription allows per call (by default
+    /// [`MAX_PUBLISH_BYTES`](crate::abi::limits::MAX_PUBLISH_BYTES)).
+    TooManyBytes,
+    /// The exchange or routing key is longer than
+    /// [`MAX_NAME_LEN`](crate::abi::limits::MAX_NAME_LEN) bytes.
+    Invalid,
+    /// A refusal code this SDK does not know, from a newer host.
+    Other(i32),
+    /// The value could not be serialized to JSON ([`publish_json`]); the host was not called.
     Serialize(String),
 }
 
 impl PublishError {
-    fn from_code(code: i32, exchange: &str) -> Self {
-        match code {
-            -1 => PublishError::ExchangeNotAllowed(exchange.to_owned()),
-            -2 => PublishError::LimitExceeded,
-            -3 => PublishError::DelayRefused,
-            -4 => PublishError::BadArgument,
-            other => PublishError::Refused(other),
+    /// The error for what the host's `publish` returned for a publish to `exchange`; `None` when
+    /// the code means accepted.
+    ///
+    /// ```
+    /// use worker_plugin_sdk::PublishError;
+    ///
+    /// assert_eq!(PublishError::from_code(0, "master"), None);
+    /// assert_eq!(PublishError::from_code(-2, "master"), Some(PublishError::DelayRefused));
+    /// assert_eq!(PublishError::from_code(-99, "master"), Some(PublishError::Other(-99)));
+    /// ```
+    pub fn from_code(code: i32, exchange: &str) -> Option<PublishError> {
+        if code >= PUBLISH_ACCEPTED {
+            return None;
+        }
+        Some(match PublishRefusal::from_code(code) {
+            Some(PublishRefusal::ExchangeNotAllowed) => {
+                PublishError::ExchangeNotAllowed(exchange.to_owned())
+            }
+            Some(PublishRefusal::DelayRefused) => PublishError::DelayRefused,
+            Some(PublishRefusal::TooManyMessages) => PublishError::TooManyMessages,
+            Some(PublishRefusal::TooManyBytes) => PublishError::TooManyBytes,
+            Some(PublishRefusal::Invalid) => PublishError::Invalid,
+            None => PublishError::Other(code),
+        })
+    }
+
+    /// The host's refusal, if it is one this SDK knows.
+    pub fn refusal(&self) -> Option<PublishRefusal> {
+        match self {
+            PublishError::ExchangeNotAllowed(_) => Some(PublishRefusal::ExchangeNotAllowed),
+            PublishError::DelayRefused => Some(PublishRefusal::DelayRefused),
+            PublishError::TooManyMessages => Some(PublishRefusal::TooManyMessages),
+            PublishError::TooManyBytes => Some(PublishRefusal::TooManyBytes),
+            PublishError::Invalid => Some(PublishRefusal::Invalid),
+            PublishError::Other(_) | PublishError::Serialize(_) => None,
+        }
+    }
+
+    /// The code the host returned; `None` for [`PublishError::Serialize`].
+    pub fn code(&self) -> Option<i32> {
+        match self {
+            PublishError::Other(code) => Some(*code),
+            other => other.refusal().map(PublishRefusal::code),
         }
     }
 }
 
 impl fmt::Display for PublishError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PublishError::ExchangeNotAllowed(ex) => {
-                write!(
-                    f,
-                    "publish refused: exchange {ex:?} is not in this subscription's `publish` list"
-                )
-            }
-            PublishError::LimitExceeded => {
-                f.write_str("publish refused: too many or too large messages")
-            }
-            PublishError::DelayRefused => {
-                f.write_str("publish refused: delay not available or too long")
-            }
-            PublishError::BadArgument => f.write_str("publish refused: bad argument"),
-            PublishError::Refused(code) => write!(f, "publish refused (code {code})"),
-            PublishError::Serialize(e) => write!(f, "publish: cannot serialize body: {e}"),
+        match (self, self.refusal()) {
+            (PublishError::ExchangeNotAllowed(ex), Some(r)) => write!(
+                f,
+                "publish to {ex:?} refused ({}): {}",
+                r.code(),
+                r.description()
+            ),
+            (_, Some(r)) => write!(f, "publish refused ({}): {}", r.code(), r.description()),
+            (PublishError::Serialize(e), None) => write!(f, "publish: cannot serialize body: {e}"),
+            (other, None) => match other.code() {
+                Some(code) => write!(f, "publish refused (code {code})"),
+                None => f.write_str("publish refused"),
+            },
         }
     }
 }
@@ -147,8 +197,28 @@ fn publish_raw(
     body: &[u8],
     delay_ms: i64,
 ) -> Result<(), PublishError> {
-    match sys::publish(exchange, routing_key, body, delay_ms) {
-        code if code >= 0 => Ok(()),
-        code => Err(PublishError::from_code(code, exchange)),
+    let code = sys::publish(exchange, routing_key, body, delay_ms);
+    PublishError::from_code(code, exchange).map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/abi.md names the variant of each code; the names must be this enum's.
+    #[test]
+    fn docs_name_each_refusal_by_its_variant() {
+        let doc = include_str!("../../docs/abi.md")
+            .split_whitespace()
+            .collect::<Vec<_>>();
+        let doc = doc.join(" ");
+        for refusal in PublishRefusal::ALL {
+            let err = PublishError::from_code(refusal.code(), "x").expect("a refusal");
+            let debug = format!("{err:?}");
+            let variant = debug.split('(').next().unwrap_or_default();
+            let named = format!("`{}` `{variant}`", refusal.code());
+            assert!(doc.contains(&named), "docs/abi.md does not say {named}");
+        }
+        assert!(doc.contains("`Other(code)`"));
     }
 }

@@ -25,7 +25,7 @@ fn answer(outcome: Outcome) -> i32 {
 /// which the host counts as a retry; the reason tells it why.
 pub(crate) fn on_panic(info: &PanicHookInfo<'_>) {
     let reason = panic_reason(info);
-    sys::log(crate::Level::Error as i32, &reason);
+    sys::log(crate::Level::Error.code(), &reason);
     sys::set_reason(&reason);
 }
 

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use worker_abi::{Answer, meta};
 
 use crate::sys::native::{self, Context};
 use crate::{IntoOutcome, Level, Message, Outcome, rt};
@@ -26,7 +27,8 @@ use crate::{IntoOutcome, Level, Message, Outcome, rt};
 /// A message to call a handler with, built up like the host would deliver it.
 ///
 /// Defaults: routing key `test.message` (also the original routing key unless set), exchange
-/// `master`, queue `test@queue`, attempt 1, not redelivered, no config, every exchange allowed.
+/// `master`, queue `test@queue`, attempt 1, not redelivered, no config, every exchange allowed,
+/// delays accepted. Publishes are checked like the host does, with its default per-call limits.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct TestMessage {
@@ -34,6 +36,7 @@ pub struct TestMessage {
     meta: BTreeMap<String, String>,
     config: Option<Vec<u8>>,
     allowed_exchanges: Option<Vec<String>>,
+    delays: bool,
     publish_refusal: Option<i32>,
 }
 
@@ -41,11 +44,11 @@ impl TestMessage {
     /// A message with this body.
     pub fn new(body: impl Into<Vec<u8>>) -> Self {
         let meta = [
-            ("routing-key", "test.message"),
-            ("exchange", "master"),
-            ("queue", "test@queue"),
-            ("attempt", "1"),
-            ("redelivered", "false"),
+            (meta::ROUTING_KEY, "test.message"),
+            (meta::EXCHANGE, "master"),
+            (meta::QUEUE, "test@queue"),
+            (meta::ATTEMPT, "1"),
+            (meta::REDELIVERED, meta::FALSE),
         ];
         TestMessage {
             body: body.into(),
@@ -55,6 +58,7 @@ impl TestMessage {
                 .collect(),
             config: None,
             allowed_exchanges: None,
+            delays: true,
             publish_refusal: None,
         }
     }
@@ -76,57 +80,57 @@ impl TestMessage {
 
     /// The routing key of this delivery.
     pub fn routing_key(self, key: &str) -> Self {
-        self.meta("routing-key", key)
+        self.meta(meta::ROUTING_KEY, key)
     }
 
     /// The key it was first published with (defaults to the routing key).
     pub fn original_routing_key(self, key: &str) -> Self {
-        self.meta("original-routing-key", key)
+        self.meta(meta::ORIGINAL_ROUTING_KEY, key)
     }
 
     /// The exchange it came through.
     pub fn exchange(self, exchange: &str) -> Self {
-        self.meta("exchange", exchange)
+        self.meta(meta::EXCHANGE, exchange)
     }
 
     /// The queue consumed.
     pub fn queue(self, queue: &str) -> Self {
-        self.meta("queue", queue)
+        self.meta(meta::QUEUE, queue)
     }
 
     /// Which call this is (1 = first).
     pub fn attempt(self, attempt: u32) -> Self {
-        self.meta("attempt", attempt)
+        self.meta(meta::ATTEMPT, attempt)
     }
 
     /// The broker's redelivered flag.
     pub fn redelivered(self, redelivered: bool) -> Self {
-        self.meta("redelivered", redelivered)
+        self.meta(meta::REDELIVERED, redelivered)
     }
 
     /// The `message_id` property.
     pub fn message_id(self, id: &str) -> Self {
-        self.meta("message-id", id)
+        self.meta(meta::MESSAGE_ID, id)
     }
 
     /// The `correlation_id` property.
     pub fn correlation_id(self, id: &str) -> Self {
-        self.meta("correlation-id", id)
+        self.meta(meta::CORRELATION_ID, id)
     }
 
     /// The `content_type` property.
     pub fn content_type(self, content_type: &str) -> Self {
-        self.meta("content-type", content_type)
+        self.meta(meta::CONTENT_TYPE, content_type)
     }
 
     /// The `timestamp` property, in seconds since the Unix epoch.
     pub fn timestamp(self, seconds: u64) -> Self {
-        self.meta("timestamp", seconds)
+        self.meta(meta::TIMESTAMP, seconds)
     }
 
     /// An AMQP header, as the text the host would hand over.
     pub fn header(self, name: &str, value: impl ToString) -> Self {
-        self.meta(&format!("header:{name}"), value)
+        self.meta(&format!("{}{name}", meta::HEADER_PREFIX), value)
     }
 
     /// The subscription config, as the `[subscription.config]` table would arrive.
@@ -148,9 +152,26 @@ impl TestMessage {
         self
     }
 
-    /// Refuse every publish with this (negative) ABI code, to test the refusal path.
-    pub fn refuse_publish(mut self, code: i32) -> Self {
-        self.publish_refusal = Some(code);
+    /// Refuses delayed publishes with [`PublishError::DelayRefused`](crate::PublishError::DelayRefused),
+    /// as a host without `[delay]` in worker.toml does.
+    pub fn refuse_delays(mut self) -> Self {
+        self.delays = false;
+        self
+    }
+
+    /// Refuses every publish with this refusal, or this (negative) ABI code, to test the refusal
+    /// path.
+    ///
+    /// ```
+    /// use worker_plugin_sdk::{PublishError, publish, testing::TestMessage};
+    /// use worker_plugin_sdk::abi::PublishRefusal;
+    ///
+    /// TestMessage::new("").refuse_publish(PublishRefusal::DelayRefused).run(|_: &_| {
+    ///     assert_eq!(publish("master", "k", ""), Err(PublishError::DelayRefused));
+    /// });
+    /// ```
+    pub fn refuse_publish(mut self, refusal: impl Into<i32>) -> Self {
+        self.publish_refusal = Some(refusal.into());
         self
     }
 
@@ -160,26 +181,27 @@ impl TestMessage {
     pub fn run<R: IntoOutcome>(self, handler: impl FnOnce(&Message) -> R) -> TestRun {
         install_panic_hook();
         let mut meta = self.meta;
-        if !meta.contains_key("original-routing-key") {
-            let key = meta.get("routing-key").cloned().unwrap_or_default();
-            meta.insert("original-routing-key".to_owned(), key);
+        if !meta.contains_key(meta::ORIGINAL_ROUTING_KEY) {
+            let key = meta.get(meta::ROUTING_KEY).cloned().unwrap_or_default();
+            meta.insert(meta::ORIGINAL_ROUTING_KEY.to_owned(), key);
         }
         native::enter(Context {
             body: self.body,
             meta,
             config: self.config,
             allowed_exchanges: self.allowed_exchanges,
+            delays: self.delays,
             publish_refusal: self.publish_refusal,
             ..Context::default()
         });
         let code = catch_unwind(AssertUnwindSafe(|| rt::handle(handler)));
         let ctx = native::leave().unwrap_or_default();
         let reason = ctx.reason.unwrap_or_default();
-        let outcome = match code {
-            Ok(0) => Outcome::Ok,
-            Ok(2) => Outcome::Fail(reason),
-            // 1, or a panic (a trap on wasm).
-            _ => Outcome::Retry(if reason.is_empty() {
+        let outcome = match code.ok().and_then(Answer::from_code) {
+            Some(Answer::Ok) => Outcome::Ok,
+            Some(Answer::Fail) => Outcome::Fail(reason),
+            // Retry, or a panic (a trap on wasm).
+            Some(Answer::Retry) | None => Outcome::Retry(if reason.is_empty() {
                 "panicked".to_owned()
             } else {
                 reason
@@ -279,167 +301,4 @@ fn install_panic_hook() {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Error, PublishError, ResultExt, publish, publish_delayed};
-
-    #[test]
-    fn metadata_reaches_the_handler() {
-        let run = TestMessage::new("body")
-            .routing_key("svc@q")
-            .original_routing_key("user.created")
-            .exchange("master")
-            .queue("svc@q")
-            .attempt(3)
-            .redelivered(true)
-            .message_id("m-1")
-            .correlation_id("c-1")
-            .content_type("text/plain")
-            .timestamp(1_700_000_000)
-            .header("x-n", 5)
-            .run(|msg: &Message| {
-                assert_eq!(msg.body(), b"body");
-                assert_eq!(msg.routing_key(), "svc@q");
-                assert_eq!(msg.original_routing_key(), "user.created");
-                assert_eq!(msg.exchange(), "master");
-                assert_eq!(msg.queue(), "svc@q");
-                assert_eq!(msg.attempt(), 3);
-                assert!(msg.redelivered());
-                assert_eq!(msg.message_id(), Some("m-1"));
-                assert_eq!(msg.correlation_id(), Some("c-1"));
-                assert_eq!(msg.content_type(), Some("text/plain"));
-                assert_eq!(msg.timestamp(), Some(1_700_000_000));
-                assert_eq!(msg.header("x-n").as_deref(), Some("5"));
-                assert_eq!(msg.header("missing"), None);
-            });
-        assert_eq!(run.outcome, Outcome::Ok);
-    }
-
-    #[test]
-    fn original_routing_key_defaults_to_routing_key() {
-        let run = TestMessage::new("").routing_key("a.b").run(|m: &Message| {
-            assert_eq!(m.original_routing_key(), "a.b");
-        });
-        assert!(run.outcome.is_ok());
-    }
-
-    #[test]
-    fn reasons_travel_with_retry_and_fail() {
-        let retry = TestMessage::new("").run(|_: &Message| Outcome::retry("later"));
-        assert_eq!(retry.outcome, Outcome::retry("later"));
-        let fail =
-            TestMessage::new("").run(|_: &Message| -> Result<(), Error> { Err(Error::fail("no")) });
-        assert_eq!(fail.outcome, Outcome::fail("no"));
-        let parsed = TestMessage::new("x").run(|_: &Message| -> Result<(), Error> {
-            "x".parse::<i32>().or_retry()?;
-            Ok(())
-        });
-        assert!(parsed.outcome.is_retry());
-    }
-
-    #[test]
-    fn malformed_json_fails() {
-        let run =
-            TestMessage::new("{nope").run(|m: &Message| m.json::<serde_json::Value>().map(drop));
-        assert!(run.outcome.is_fail(), "{:?}", run.outcome);
-        assert!(run.outcome.reason().unwrap().starts_with("malformed JSON"));
-    }
-
-    #[test]
-    fn panic_becomes_retry_with_message() {
-        let run = TestMessage::new("").run(|_: &Message| -> Outcome { panic!("boom {}", 42) });
-        let reason = run.outcome.reason().unwrap().to_owned();
-        assert!(run.outcome.is_retry());
-        assert!(
-            reason.contains("boom 42") && reason.starts_with("panicked at "),
-            "{reason}"
-        );
-        assert_eq!(run.logs.last().map(|l| l.level), Some(Level::Error));
-    }
-
-    #[test]
-    fn publishes_are_recorded_with_delay() {
-        let run = TestMessage::new("").run(|_: &Message| -> Result<(), Error> {
-            publish("master", "a", "1")?;
-            publish_delayed("master", "b", "2", Duration::from_micros(10))?;
-            publish_delayed("master", "c", "3", Duration::ZERO)?;
-            Ok(())
-        });
-        let delays: Vec<_> = run.publishes.iter().map(|p| p.delay).collect();
-        assert_eq!(delays, [None, Some(Duration::from_millis(1)), None]);
-        assert_eq!(run.publishes[1].body_text(), "2");
-    }
-
-    #[test]
-    fn refused_publish_is_an_error_and_retries() {
-        let run = TestMessage::new("")
-            .allow_publish(["master"])
-            .run(|_: &Message| {
-                assert_eq!(
-                    publish("other", "k", ""),
-                    Err(PublishError::ExchangeNotAllowed("other".into()))
-                );
-                publish("other", "k", "")
-            });
-        assert!(run.outcome.is_retry());
-        assert!(run.publishes.is_empty());
-        for (code, expected) in [
-            (-2, PublishError::LimitExceeded),
-            (-3, PublishError::DelayRefused),
-            (-9, PublishError::Refused(-9)),
-        ] {
-            TestMessage::new("")
-                .refuse_publish(code)
-                .run(|_: &Message| {
-                    assert_eq!(publish("master", "k", ""), Err(expected.clone()));
-                });
-        }
-    }
-
-    #[test]
-    fn config_defaults_to_empty_table() {
-        #[derive(serde::Deserialize, Default)]
-        #[serde(default)]
-        struct Cfg {
-            n: u32,
-        }
-        let run = TestMessage::new("").run(|_: &Message| -> Result<(), Error> {
-            assert_eq!(crate::config::<Cfg>()?.n, 0);
-            Ok(())
-        });
-        assert!(run.outcome.is_ok());
-        let bad = TestMessage::new("")
-            .config(serde_json::json!({"n": "x"}))
-            .run(|_: &Message| crate::config::<Cfg>().map(drop));
-        assert!(bad.outcome.is_retry());
-        assert!(
-            bad.outcome
-                .reason()
-                .unwrap()
-                .starts_with("bad plugin config")
-        );
-    }
-
-    #[test]
-    fn logs_keep_levels() {
-        let run = TestMessage::new("").run(|_: &Message| {
-            crate::trace!("t");
-            crate::debug!("d");
-            crate::info!("i {}", 1);
-            crate::warn!("w");
-            crate::error!("e");
-        });
-        let levels: Vec<_> = run.logs.iter().map(|l| l.level).collect();
-        assert_eq!(
-            levels,
-            [
-                Level::Trace,
-                Level::Debug,
-                Level::Info,
-                Level::Warn,
-                Level::Error
-            ]
-        );
-        assert!(run.logged("i 1"));
-    }
-}
+mod tests;

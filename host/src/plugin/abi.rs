@@ -6,51 +6,26 @@ use std::ops::Range;
 use std::time::Duration;
 
 use wasmtime::{Caller, Extern, ExternType, FuncType, Linker, Module, ModuleExport};
+use worker_abi::export::{self, ExportKind};
+use worker_abi::{
+    ABI_MODULE, PUBLISH_ACCEPTED, PublishRefusal, Signature, ValType, WASI_MODULE, import, limits,
+    meta,
+};
 
 use super::error::{GuestFault, LoadError};
-use super::state::{MAX_REASON, State, bounded_text};
+use super::state::{State, bounded_text};
 use super::{LogLevel, LogSource, Meta, Publish};
 
-pub(crate) const ABI_MODULE: &str = "worker_v1";
-pub(crate) const WASI_MODULE: &str = "wasi_snapshot_preview1";
-
-/// `publish` return codes.
-pub mod publish_code {
-    pub const ACCEPTED: i32 = 0;
-    pub const EXCHANGE_NOT_ALLOWED: i32 = -1;
-    pub const DELAY_REFUSED: i32 = -2;
-    pub const TOO_MANY_MESSAGES: i32 = -3;
-    pub const TOO_MANY_BYTES: i32 = -4;
-    pub const INVALID: i32 = -5;
-}
-
-#[derive(Clone, Copy)]
-enum V {
-    I32,
-    I64,
-}
-
-use V::{I32, I64};
-
-/// Every import of `worker_v1`: name, params, results.
-const IMPORTS: &[(&str, &[V], &[V])] = &[
-    ("body_len", &[], &[I32]),
-    ("body_read", &[I32, I32], &[I32]),
-    ("meta_get", &[I32, I32, I32, I32], &[I32]),
-    ("config_get", &[I32, I32], &[I32]),
-    ("log", &[I32, I32, I32], &[]),
-    ("set_reason", &[I32, I32], &[]),
-    ("publish", &[I32, I32, I32, I32, I32, I32, I64], &[I32]),
-];
-
-fn expected_sig(params: &[V], results: &[V]) -> String {
-    let name = |v: &V| match v {
-        I32 => "i32",
-        I64 => "i64",
-    };
-    let p: Vec<&str> = params.iter().map(name).collect();
-    let r: Vec<&str> = results.iter().map(name).collect();
-    format!("({}) -> ({})", p.join(", "), r.join(", "))
+/// Whether a function type is exactly `sig`.
+fn has_signature(ty: &FuncType, sig: &Signature) -> bool {
+    fn same(all: impl ExactSizeIterator<Item = wasmtime::ValType>, want: &[ValType]) -> bool {
+        all.len() == want.len()
+            && all.zip(want).all(|(have, want)| match want {
+                ValType::I32 => matches!(have, wasmtime::ValType::I32),
+                ValType::I64 => matches!(have, wasmtime::ValType::I64),
+            })
+    }
+    same(ty.params(), sig.params) && same(ty.results(), sig.results)
 }
 
 fn actual_sig(ty: &FuncType) -> String {
@@ -79,40 +54,38 @@ pub(crate) struct Checked {
 /// Checks a compiled module against ABI v1.
 pub(crate) fn check_module(file: &str, module: &Module) -> Result<Checked, LoadError> {
     let mut uses_wasi = false;
-    for import in module.imports() {
+    for imported in module.imports() {
         let bad = |reason: String| LoadError::BadImport {
             file: file.to_string(),
-            module: import.module().to_string(),
-            name: import.name().to_string(),
+            module: imported.module().to_string(),
+            name: imported.name().to_string(),
             reason,
         };
-        match import.module() {
+        match imported.module() {
             ABI_MODULE => {
-                let Some((_, params, results)) =
-                    IMPORTS.iter().find(|(n, _, _)| *n == import.name())
-                else {
-                    let known: Vec<&str> = IMPORTS.iter().map(|(n, _, _)| *n).collect();
+                let Some(known) = import::find(imported.name()) else {
+                    let names: Vec<&str> = import::ALL.iter().map(|i| i.name).collect();
                     return Err(bad(format!(
-                        "worker_v1 has no such function (it has {})",
-                        known.join(", ")
+                        "{ABI_MODULE} has no such function (it has {})",
+                        names.join(", ")
                     )));
                 };
-                let want = expected_sig(params, results);
-                match import.ty() {
-                    ExternType::Func(f) if actual_sig(&f) == want => {}
+                match imported.ty() {
+                    ExternType::Func(f) if has_signature(&f, &known.signature) => {}
                     other => {
                         return Err(bad(format!(
-                            "it is {}, expected a function {want}",
-                            describe(&other)
+                            "it is {}, expected a function {}",
+                            describe(&other),
+                            known.signature
                         )));
                     }
                 }
             }
             WASI_MODULE => {
-                if !matches!(import.ty(), ExternType::Func(_)) {
+                if !matches!(imported.ty(), ExternType::Func(_)) {
                     return Err(bad(format!(
                         "it is {}, expected a function",
-                        describe(&import.ty())
+                        describe(&imported.ty())
                     )));
                 }
                 uses_wasi = true;
@@ -125,51 +98,42 @@ pub(crate) fn check_module(file: &str, module: &Module) -> Result<Checked, LoadE
         }
     }
 
-    let export = |name: &'static str, expected: &'static str| {
-        let ty = module
-            .get_export(name)
-            .ok_or_else(|| LoadError::MissingExport {
-                file: file.to_string(),
-                export: name,
-                expected,
-            })?;
-        let index = module
-            .get_export_index(name)
-            .ok_or_else(|| LoadError::MissingExport {
-                file: file.to_string(),
-                export: name,
-                expected,
-            })?;
-        let bad = move |found: String| LoadError::BadExport {
-            file: file.to_string(),
-            export: name,
-            found,
-            expected,
-        };
-        Ok::<_, LoadError>((ty, index, bad))
-    };
-
-    let (ty, _, bad) = export("worker_abi_v1", "a function () -> ()")?;
-    match &ty {
-        ExternType::Func(f) if actual_sig(f) == "() -> ()" => {}
-        other => return Err(bad(describe(other))),
-    }
-    let (ty, handle, bad) = export("worker_handle", "a function () -> (i32)")?;
-    match &ty {
-        ExternType::Func(f) if actual_sig(f) == "() -> (i32)" => {}
-        other => return Err(bad(describe(other))),
-    }
-    let (ty, memory, bad) = export("memory", "a 32-bit memory")?;
-    match &ty {
-        ExternType::Memory(m) if !m.is_64() && !m.is_shared() => {}
-        ExternType::Memory(_) => return Err(bad("a 64-bit or shared memory".into())),
-        other => return Err(bad(describe(other))),
-    }
+    let (handle, memory) = check_exports(file, module)?;
     Ok(Checked {
         handle,
         memory,
         uses_wasi,
     })
+}
+
+/// Checks every required export; returns those of the handler and the memory.
+fn check_exports(file: &str, module: &Module) -> Result<(ModuleExport, ModuleExport), LoadError> {
+    let missing = |name: &'static str| LoadError::MissingExport {
+        file: file.to_string(),
+        export: name,
+        expected: export::find(name)
+            .map(|e| e.kind.to_string())
+            .unwrap_or_default(),
+    };
+    for want in export::ALL {
+        let ty = module
+            .get_export(want.name)
+            .ok_or_else(|| missing(want.name))?;
+        let found = match (&want.kind, &ty) {
+            (ExportKind::Func(sig), ExternType::Func(f)) if has_signature(f, sig) => continue,
+            (ExportKind::Memory, ExternType::Memory(m)) if !m.is_64() && !m.is_shared() => continue,
+            (ExportKind::Memory, ExternType::Memory(_)) => "a 64-bit or shared memory".into(),
+            (_, other) => describe(other),
+        };
+        return Err(LoadError::BadExport {
+            file: file.to_string(),
+            export: want.name,
+            found,
+            expected: want.kind.to_string(),
+        });
+    }
+    let index = |name| module.get_export_index(name).ok_or_else(|| missing(name));
+    Ok((index(export::HANDLE)?, index(export::MEMORY)?))
 }
 
 fn fault(import: &'static str, cause: impl Into<String>) -> wasmtime::Error {
@@ -189,7 +153,7 @@ fn guest<'a>(
         None => {
             // Only reached from a start function, before `handle` stored it.
             let m = caller
-                .get_export("memory")
+                .get_export(export::MEMORY)
                 .and_then(Extern::into_memory)
                 .ok_or_else(|| fault(import, "the module exports no memory"))?;
             caller.data_mut().memory = Some(m);
@@ -237,10 +201,10 @@ fn write_if_fits(mem: &mut [u8], buf: Range<usize>, value: &[u8]) -> i32 {
     len_i32(value.len())
 }
 
-fn meta_value<'m>(meta: &'m Meta, key: &[u8]) -> Option<Cow<'m, str>> {
+fn meta_value<'m>(delivery: &'m Meta, key: &[u8]) -> Option<Cow<'m, str>> {
     let key = std::str::from_utf8(key).ok()?;
-    if let Some(name) = key.strip_prefix("header:") {
-        return meta
+    if let Some(name) = key.strip_prefix(meta::HEADER_PREFIX) {
+        return delivery
             .headers
             .iter()
             .find(|(n, _)| n == name)
@@ -248,36 +212,38 @@ fn meta_value<'m>(meta: &'m Meta, key: &[u8]) -> Option<Cow<'m, str>> {
     }
     let borrowed = |s: &'m String| Some(Cow::Borrowed(s.as_str()));
     match key {
-        "routing-key" => borrowed(&meta.routing_key),
-        "original-routing-key" => borrowed(&meta.original_routing_key),
-        "exchange" => borrowed(&meta.exchange),
-        "queue" => borrowed(&meta.queue),
-        "message-id" => meta.message_id.as_ref().and_then(borrowed),
-        "correlation-id" => meta.correlation_id.as_ref().and_then(borrowed),
-        "content-type" => meta.content_type.as_ref().and_then(borrowed),
-        "timestamp" => meta.timestamp.map(|t| Cow::Owned(t.to_string())),
-        "attempt" => Some(Cow::Owned(meta.attempt.to_string())),
-        "redelivered" => Some(Cow::Borrowed(if meta.redelivered {
-            "true"
+        meta::ROUTING_KEY => borrowed(&delivery.routing_key),
+        meta::ORIGINAL_ROUTING_KEY => borrowed(&delivery.original_routing_key),
+        meta::EXCHANGE => borrowed(&delivery.exchange),
+        meta::QUEUE => borrowed(&delivery.queue),
+        meta::MESSAGE_ID => delivery.message_id.as_ref().and_then(borrowed),
+        meta::CORRELATION_ID => delivery.correlation_id.as_ref().and_then(borrowed),
+        meta::CONTENT_TYPE => delivery.content_type.as_ref().and_then(borrowed),
+        meta::TIMESTAMP => delivery.timestamp.map(|t| Cow::Owned(t.to_string())),
+        meta::ATTEMPT => Some(Cow::Owned(delivery.attempt.to_string())),
+        meta::REDELIVERED => Some(Cow::Borrowed(if delivery.redelivered {
+            meta::TRUE
         } else {
-            "false"
+            meta::FALSE
         })),
         _ => None,
     }
 }
 
-/// Adds every `worker_v1` import to `linker`.
+/// Adds every import of `worker_v1` to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> {
-    linker.func_wrap(ABI_MODULE, "body_len", |caller: Caller<'_, State>| -> i32 {
-        len_i32(caller.data().input.body.len())
-    })?;
+    linker.func_wrap(
+        ABI_MODULE,
+        import::BODY_LEN,
+        |caller: Caller<'_, State>| -> i32 { len_i32(caller.data().input.body.len()) },
+    )?;
 
     linker.func_wrap(
         ABI_MODULE,
-        "body_read",
+        import::BODY_READ,
         |mut caller: Caller<'_, State>, ptr: i32, len: i32| -> wasmtime::Result<i32> {
-            let (mem, st) = guest(&mut caller, "body_read")?;
-            let buf = span(mem.len(), "body_read", "buffer", ptr, len)?;
+            let (mem, st) = guest(&mut caller, import::BODY_READ)?;
+            let buf = span(mem.len(), import::BODY_READ, "buffer", ptr, len)?;
             let body = &st.input.body;
             let rest = &body[st.body_pos.min(body.len())..];
             let n = rest.len().min(buf.len());
@@ -289,39 +255,39 @@ pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
 
     linker.func_wrap(
         ABI_MODULE,
-        "meta_get",
+        import::META_GET,
         |mut caller: Caller<'_, State>,
          key_ptr: i32,
          key_len: i32,
          buf_ptr: i32,
          buf_cap: i32|
          -> wasmtime::Result<i32> {
-            let (mem, st) = guest(&mut caller, "meta_get")?;
-            let key = span(mem.len(), "meta_get", "key", key_ptr, key_len)?;
-            let buf = span(mem.len(), "meta_get", "buffer", buf_ptr, buf_cap)?;
+            let (mem, st) = guest(&mut caller, import::META_GET)?;
+            let key = span(mem.len(), import::META_GET, "key", key_ptr, key_len)?;
+            let buf = span(mem.len(), import::META_GET, "buffer", buf_ptr, buf_cap)?;
             match meta_value(&st.input.meta, &mem[key]) {
                 Some(value) => Ok(write_if_fits(mem, buf, value.as_bytes())),
-                None => Ok(-1),
+                None => Ok(meta::ABSENT),
             }
         },
     )?;
 
     linker.func_wrap(
         ABI_MODULE,
-        "config_get",
+        import::CONFIG_GET,
         |mut caller: Caller<'_, State>, buf_ptr: i32, buf_cap: i32| -> wasmtime::Result<i32> {
-            let (mem, st) = guest(&mut caller, "config_get")?;
-            let buf = span(mem.len(), "config_get", "buffer", buf_ptr, buf_cap)?;
+            let (mem, st) = guest(&mut caller, import::CONFIG_GET)?;
+            let buf = span(mem.len(), import::CONFIG_GET, "buffer", buf_ptr, buf_cap)?;
             Ok(write_if_fits(mem, buf, st.input.config_json.as_bytes()))
         },
     )?;
 
     linker.func_wrap(
         ABI_MODULE,
-        "log",
+        import::LOG,
         |mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32| -> wasmtime::Result<()> {
-            let (mem, st) = guest(&mut caller, "log")?;
-            let text = span(mem.len(), "log", "message", ptr, len)?;
+            let (mem, st) = guest(&mut caller, import::LOG)?;
+            let text = span(mem.len(), import::LOG, "message", ptr, len)?;
             st.logs
                 .push(LogLevel::from_abi(level), LogSource::Log, &mem[text]);
             Ok(())
@@ -330,12 +296,12 @@ pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
 
     linker.func_wrap(
         ABI_MODULE,
-        "set_reason",
+        import::SET_REASON,
         |mut caller: Caller<'_, State>, ptr: i32, len: i32| -> wasmtime::Result<()> {
-            let (mem, st) = guest(&mut caller, "set_reason")?;
-            let text = span(mem.len(), "set_reason", "reason", ptr, len)?;
+            let (mem, st) = guest(&mut caller, import::SET_REASON)?;
+            let text = span(mem.len(), import::SET_REASON, "reason", ptr, len)?;
             // One line: it goes into the `worker-error` header.
-            let reason: String = bounded_text(&mem[text], MAX_REASON)
+            let reason: String = bounded_text(&mem[text], limits::MAX_REASON)
                 .chars()
                 .map(|c| if c.is_control() { ' ' } else { c })
                 .collect();
@@ -346,7 +312,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
 
     linker.func_wrap(
         ABI_MODULE,
-        "publish",
+        import::PUBLISH,
         |mut caller: Caller<'_, State>,
          ex_ptr: i32,
          ex_len: i32,
@@ -356,10 +322,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
          body_len: i32,
          delay_ms: i64|
          -> wasmtime::Result<i32> {
-            let (mem, st) = guest(&mut caller, "publish")?;
-            let ex = span(mem.len(), "publish", "exchange", ex_ptr, ex_len)?;
-            let key = span(mem.len(), "publish", "routing key", key_ptr, key_len)?;
-            let body = span(mem.len(), "publish", "body", body_ptr, body_len)?;
+            let (mem, st) = guest(&mut caller, import::PUBLISH)?;
+            let ex = span(mem.len(), import::PUBLISH, "exchange", ex_ptr, ex_len)?;
+            let key = span(mem.len(), import::PUBLISH, "routing key", key_ptr, key_len)?;
+            let body = span(mem.len(), import::PUBLISH, "body", body_ptr, body_len)?;
             Ok(publish(st, &mem[ex], &mem[key], &mem[body], delay_ms))
         },
     )?;
@@ -368,30 +334,29 @@ pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
 
 /// Buffers one publish if the policy allows it; returns the ABI code.
 fn publish(st: &mut State, exchange: &[u8], key: &[u8], body: &[u8], delay_ms: i64) -> i32 {
-    use publish_code::*;
+    use PublishRefusal::*;
     let policy = &st.input.publish;
     let (Ok(exchange), Ok(key)) = (std::str::from_utf8(exchange), std::str::from_utf8(key)) else {
-        return refuse(st, "?", INVALID, "exchange or routing key is not UTF-8");
+        return refuse(st, "?", Invalid, "exchange or routing key is not UTF-8");
     };
-    if exchange.len() > 255 || key.len() > 255 {
-        return refuse(
-            st,
-            exchange,
-            INVALID,
-            "exchange or routing key longer than 255 bytes",
+    if exchange.len() > limits::MAX_NAME_LEN || key.len() > limits::MAX_NAME_LEN {
+        let why = format!(
+            "exchange or routing key longer than {} bytes",
+            limits::MAX_NAME_LEN
         );
+        return refuse(st, exchange, Invalid, &why);
     }
     if !policy.allowed_exchanges.iter().any(|e| e == exchange) {
         return refuse(
             st,
             exchange,
-            EXCHANGE_NOT_ALLOWED,
+            ExchangeNotAllowed,
             "exchange not in this subscription's `publish` list",
         );
     }
     let delay = match delay_ms {
         0 => None,
-        d if d < 0 => return refuse(st, exchange, DELAY_REFUSED, "negative delay"),
+        d if d < 0 => return refuse(st, exchange, DelayRefused, "negative delay"),
         d => {
             let d = Duration::from_millis(d as u64);
             match policy.max_delay {
@@ -399,28 +364,25 @@ fn publish(st: &mut State, exchange: &[u8], key: &[u8], body: &[u8], delay_ms: i
                     return refuse(
                         st,
                         exchange,
-                        DELAY_REFUSED,
+                        DelayRefused,
                         "delayed delivery is not enabled",
                     );
                 }
                 Some(max) if d > max => {
-                    return refuse(st, exchange, DELAY_REFUSED, "delay longer than the maximum");
+                    return refuse(st, exchange, DelayRefused, "delay longer than the maximum");
                 }
                 Some(_) => Some(d),
             }
         }
     };
     if st.publishes.len() >= policy.max_messages {
-        return refuse(
-            st,
-            exchange,
-            TOO_MANY_MESSAGES,
-            "too many messages for one call",
-        );
+        let why = format!("more than {} messages for one call", policy.max_messages);
+        return refuse(st, exchange, TooManyMessages, &why);
     }
     let bytes = key.len() + body.len();
     if st.publish_bytes + bytes > policy.max_total_bytes {
-        return refuse(st, exchange, TOO_MANY_BYTES, "too many bytes for one call");
+        let why = format!("more than {} bytes for one call", policy.max_total_bytes);
+        return refuse(st, exchange, TooManyBytes, &why);
     }
     st.publish_bytes += bytes;
     st.publishes.push(Publish {
@@ -429,10 +391,11 @@ fn publish(st: &mut State, exchange: &[u8], key: &[u8], body: &[u8], delay_ms: i
         body: body.to_vec(),
         delay,
     });
-    ACCEPTED
+    PUBLISH_ACCEPTED
 }
 
-fn refuse(st: &mut State, exchange: &str, code: i32, why: &str) -> i32 {
+fn refuse(st: &mut State, exchange: &str, refusal: PublishRefusal, why: &str) -> i32 {
+    let code = refusal.code();
     let msg = format!("publish to `{exchange}` refused ({code}): {why}");
     st.logs
         .push(LogLevel::Warn, LogSource::Host, msg.as_bytes());

@@ -13,9 +13,11 @@ use wasmtime::{
     ModuleExport, PoolingAllocationConfig, Store, Strategy, UpdateDeadline,
 };
 
+use worker_abi::{export, limits};
+
 use super::abi::{self, Checked};
 use super::error::{DeadlineHit, HandlerError, LoadError, chain_text, classify};
-use super::state::{State, TABLE_ELEMENTS};
+use super::state::State;
 use super::{Answer, Input, Invocation, Limits};
 
 /// How often the epoch advances: the granularity of timeouts and of a long
@@ -67,9 +69,9 @@ impl Runtime {
             .total_memories(slots)
             .total_tables(slots)
             .total_stacks(slots)
-            .max_memories_per_module(1)
-            .max_tables_per_module(1)
-            .table_elements(TABLE_ELEMENTS as usize)
+            .max_memories_per_module(limits::MAX_MEMORIES as u32)
+            .max_tables_per_module(limits::MAX_TABLES as u32)
+            .table_elements(limits::MAX_TABLE_ELEMENTS as usize)
             .max_memory_size(max_memory)
             .table_keep_resident(16 * 1024);
         // Resetting a used memory with `madvise` costs a TLB shootdown on every
@@ -330,7 +332,7 @@ impl Plugin {
         let func = instance
             .get_module_export(&mut *store, &self.handle)
             .and_then(Extern::into_func)
-            .ok_or_else(|| HandlerError::Instantiate("worker_handle is missing".into()))?;
+            .ok_or_else(|| HandlerError::Instantiate(format!("{} is missing", export::HANDLE)))?;
         let func = func
             .typed::<(), i32>(&*store)
             .map_err(|e| HandlerError::Instantiate(chain_text(&e)))?;

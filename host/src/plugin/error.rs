@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use worker_abi::{ABI_MODULE, Answer, export};
+
 /// Why a plugin file could not be loaded. Every message names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -28,14 +30,14 @@ pub enum LoadError {
     MissingExport {
         file: String,
         export: &'static str,
-        expected: &'static str,
+        expected: String,
     },
     #[error("{file}: export `{export}` is {found}, expected {expected}")]
     BadExport {
         file: String,
         export: &'static str,
         found: String,
-        expected: &'static str,
+        expected: String,
     },
     #[error("{file}: import `{module}.{name}` is not allowed: {reason}")]
     BadImport {
@@ -63,7 +65,7 @@ pub enum HandlerError {
     MemoryLimit { limit: u64 },
     #[error("table limit: plugin tried to grow a table past {limit} elements")]
     TableLimit { limit: u32 },
-    #[error("bad answer: worker_handle returned {0} (expected 0 ok, 1 retry, 2 fail)")]
+    #[error("bad answer: {handle} returned {0} (expected {answers})", handle = export::HANDLE, answers = Answer::list())]
     BadAnswer(i32),
     #[error("bad import call: {0}")]
     BadImportCall(String),
@@ -155,7 +157,7 @@ pub(crate) struct TableLimitHit(pub u32);
 /// Raised by a host import when the guest passed a bad pointer, length or
 /// argument. It traps the guest; the host carries on.
 #[derive(Debug, thiserror::Error)]
-#[error("worker_v1.{import}: {cause}")]
+#[error("{ABI_MODULE}.{import}: {cause}")]
 pub(crate) struct GuestFault {
     pub import: &'static str,
     pub cause: String,

@@ -15,7 +15,6 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use abi::publish_code;
 pub use engine::{Plugin, Runtime, RuntimeConfig};
 pub use error::{HandlerError, LoadError, TrapKind};
 
@@ -75,8 +74,8 @@ impl Default for PublishPolicy {
         PublishPolicy {
             allowed_exchanges: Vec::new(),
             max_delay: None,
-            max_messages: 100,
-            max_total_bytes: 4 * 1024 * 1024,
+            max_messages: worker_abi::limits::MAX_PUBLISHES,
+            max_total_bytes: worker_abi::limits::MAX_PUBLISH_BYTES,
         }
     }
 }
@@ -148,11 +147,11 @@ pub enum Answer {
 
 impl Answer {
     pub fn from_code(code: i32) -> Result<Answer, HandlerError> {
-        match code {
-            0 => Ok(Answer::Ok),
-            1 => Ok(Answer::Retry),
-            2 => Ok(Answer::Fail),
-            other => Err(HandlerError::BadAnswer(other)),
+        match worker_abi::Answer::from_code(code) {
+            Some(worker_abi::Answer::Ok) => Ok(Answer::Ok),
+            Some(worker_abi::Answer::Retry) => Ok(Answer::Retry),
+            Some(worker_abi::Answer::Fail) => Ok(Answer::Fail),
+            None => Err(HandlerError::BadAnswer(code)),
         }
     }
 }
@@ -185,12 +184,12 @@ pub enum LogLevel {
 impl LogLevel {
     /// ABI level numbers: 0 trace .. 4 error; out-of-range values are clamped.
     pub fn from_abi(level: i32) -> LogLevel {
-        match level {
-            i32::MIN..=0 => LogLevel::Trace,
-            1 => LogLevel::Debug,
-            2 => LogLevel::Info,
-            3 => LogLevel::Warn,
-            _ => LogLevel::Error,
+        match worker_abi::LogLevel::from_code(level) {
+            worker_abi::LogLevel::Trace => LogLevel::Trace,
+            worker_abi::LogLevel::Debug => LogLevel::Debug,
+            worker_abi::LogLevel::Info => LogLevel::Info,
+            worker_abi::LogLevel::Warn => LogLevel::Warn,
+            worker_abi::LogLevel::Error => LogLevel::Error,
         }
     }
 }

@@ -5,21 +5,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::{Memory, ResourceLimiter};
+use worker_abi::limits::{
+    MAX_INSTANCES, MAX_LOG_BYTES, MAX_LOG_LINE, MAX_LOG_LINES, MAX_MEMORIES, MAX_TABLE_ELEMENTS,
+    MAX_TABLES,
+};
 
 use super::error::{MemoryLimitHit, TableLimitHit};
 use super::wasi::WasiState;
 use super::{Input, LogLevel, LogLine, LogSource, Publish};
-
-/// Most elements of the one table an instance may have.
-pub(crate) const TABLE_ELEMENTS: u32 = 20_000;
-/// Longest `set_reason` text kept, in bytes.
-pub(crate) const MAX_REASON: usize = 1024;
-/// Most log lines kept per call.
-pub(crate) const MAX_LOG_LINES: usize = 256;
-/// Most log bytes kept per call (all lines together).
-pub(crate) const MAX_LOG_BYTES: usize = 64 * 1024;
-/// Longest single log line kept, in bytes.
-pub(crate) const MAX_LOG_LINE: usize = 4 * 1024;
 
 pub(crate) struct State {
     pub input: Arc<Input>,
@@ -50,7 +43,7 @@ impl State {
             logs: LogBuffer::default(),
             limiter: Limiter {
                 memory_limit,
-                table_elements: TABLE_ELEMENTS,
+                table_elements: MAX_TABLE_ELEMENTS,
             },
             deadline,
             wasi: None,
@@ -105,15 +98,15 @@ impl ResourceLimiter for Limiter {
     }
 
     fn instances(&self) -> usize {
-        1
+        MAX_INSTANCES
     }
 
     fn tables(&self) -> usize {
-        1
+        MAX_TABLES
     }
 
     fn memories(&self) -> usize {
-        1
+        MAX_MEMORIES
     }
 }
 

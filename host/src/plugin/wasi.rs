@@ -12,9 +12,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
-
-/// Most bytes kept from each of stdout and stderr per call.
-pub(crate) const MAX_OUTPUT: usize = 64 * 1024;
+use worker_abi::limits::MAX_WASI_OUTPUT;
 
 pub(crate) struct WasiState {
     pub ctx: WasiP1Ctx,
@@ -49,7 +47,7 @@ impl WasiState {
     }
 }
 
-/// An output stream that keeps the first `MAX_OUTPUT` bytes and silently
+/// An output stream that keeps the first `MAX_WASI_OUTPUT` bytes and silently
 /// drops the rest, so a chatty guest never sees a write error (Rust's
 /// `println!` would panic on one).
 #[derive(Clone, Default)]
@@ -61,7 +59,7 @@ impl BoundedPipe {
     fn append(&self, data: &[u8]) {
         // A poisoned lock only means another writer panicked; the bytes are fine.
         let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
-        let room = MAX_OUTPUT.saturating_sub(buf.len());
+        let room = MAX_WASI_OUTPUT.saturating_sub(buf.len());
         buf.extend_from_slice(&data[..data.len().min(room)]);
     }
 
@@ -103,7 +101,7 @@ impl OutputStream for BoundedPipe {
 
     fn check_write(&mut self) -> StreamResult<usize> {
         // Always writable; what exceeds the bound is dropped in `write`.
-        Ok(MAX_OUTPUT)
+        Ok(MAX_WASI_OUTPUT)
     }
 }
 

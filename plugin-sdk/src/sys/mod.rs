@@ -10,3 +10,6 @@ pub(crate) use wasm::{body, config, log, meta, publish, set_reason};
 pub(crate) mod native;
 #[cfg(not(target_family = "wasm"))]
 pub(crate) use native::{body, config, log, meta, publish, set_reason};
+
+#[cfg(all(test, not(target_family = "wasm")))]
+mod tests;

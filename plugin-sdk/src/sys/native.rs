@@ -5,6 +5,8 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
+use worker_abi::{PUBLISH_ACCEPTED, PublishRefusal, limits};
+
 /// What the host would hold for one handler call.
 #[derive(Debug, Default)]
 pub(crate) struct Context {
@@ -13,6 +15,8 @@ pub(crate) struct Context {
     pub(crate) config: Option<Vec<u8>>,
     /// `None` allows every exchange.
     pub(crate) allowed_exchanges: Option<Vec<String>>,
+    /// `false` refuses delayed publishes, as a host without `[delay]` does.
+    pub(crate) delays: bool,
     /// Answer every publish with this code instead of accepting it.
     pub(crate) publish_refusal: Option<i32>,
     pub(crate) logs: Vec<(i32, String)>,
@@ -80,10 +84,8 @@ pub(crate) fn publish(exchange: &str, routing_key: &str, body: &[u8], delay_ms: 
         if let Some(code) = c.publish_refusal {
             return code;
         }
-        if let Some(allowed) = &c.allowed_exchanges
-            && !allowed.iter().any(|a| a == exchange)
-        {
-            return -1;
+        if let Some(refusal) = c.refusal(exchange, routing_key, body, delay_ms) {
+            return refusal.code();
         }
         c.publishes.push(RawPublish {
             exchange: exchange.to_owned(),
@@ -91,7 +93,42 @@ pub(crate) fn publish(exchange: &str, routing_key: &str, body: &[u8], delay_ms: 
             body: body.to_vec(),
             delay_ms,
         });
-        0
+        PUBLISH_ACCEPTED
     })
-    .unwrap_or(0)
+    .unwrap_or(PUBLISH_ACCEPTED)
+}
+
+impl Context {
+    /// What the host would refuse, in the host's order, with its default per-call limits.
+    fn refusal(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        delay_ms: i64,
+    ) -> Option<PublishRefusal> {
+        if exchange.len() > limits::MAX_NAME_LEN || routing_key.len() > limits::MAX_NAME_LEN {
+            return Some(PublishRefusal::Invalid);
+        }
+        if let Some(allowed) = &self.allowed_exchanges
+            && !allowed.iter().any(|a| a == exchange)
+        {
+            return Some(PublishRefusal::ExchangeNotAllowed);
+        }
+        if delay_ms < 0 || (delay_ms > 0 && !self.delays) {
+            return Some(PublishRefusal::DelayRefused);
+        }
+        if self.publishes.len() >= limits::MAX_PUBLISHES {
+            return Some(PublishRefusal::TooManyMessages);
+        }
+        let buffered: usize = self
+            .publishes
+            .iter()
+            .map(|p| p.routing_key.len() + p.body.len())
+            .sum();
+        if buffered + routing_key.len() + body.len() > limits::MAX_PUBLISH_BYTES {
+            return Some(PublishRefusal::TooManyBytes);
+        }
+        None
+    }
 }

@@ -195,7 +195,7 @@ mod tests {
     fn refused_delay_retries() {
         let script =
             json!({"publish": [{"exchange": "master", "routing_key": "a", "delay_ms": 10}]});
-        let r = TestMessage::json(&script).refuse_publish(-3).run(handle);
+        let r = TestMessage::json(&script).refuse_delays().run(handle);
         assert!(
             r.outcome.reason().unwrap().contains("delay"),
             "{:?}",

@@ -78,6 +78,7 @@ async fn run(name: &str, input: Input) -> Invocation {
 }
 
 mod answers;
+mod contract;
 mod failures;
 mod imports;
 mod loading;
