@@ -200,7 +200,7 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.encode(Some(&state.plugins)),
+        state.metrics.encode(Some(&state.plugins.report())),
     )
 }
 

@@ -10,8 +10,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::reload::PluginSet;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueOutcome {
     queue: String,
@@ -37,6 +35,14 @@ struct PluginLabel {
 fn duration_histogram() -> Histogram {
     // 100 µs .. ~26 s.
     Histogram::new(exponential_buckets(0.0001, 4.0, 10))
+}
+
+/// What the plugin reloader reports at scrape time.
+pub struct PluginReport {
+    /// Reloads by result (`ok`, `failed`, `unchanged`), counted since start.
+    pub reloads: [(&'static str, u64); 3],
+    /// The plugin files serving now and their versions' sha256.
+    pub versions: Vec<(String, String)>,
 }
 
 /// Every metric the host exports, plus what readiness is judged on.
@@ -252,27 +258,25 @@ impl Metrics {
         self.readiness().is_ok()
     }
 
-    /// Prometheus text, with the reload counters and plugin versions read at scrape time.
-    pub fn encode(&self, plugins: Option<&PluginSet>) -> String {
+    /// Prometheus text, with the plugin reload counts and versions read at scrape time.
+    pub fn encode(&self, plugins: Option<&PluginReport>) -> String {
         if let Some(plugins) = plugins {
-            let stats = &plugins.stats;
             // The reloader keeps the counts; mirror them so the type is `counter` (`_total`).
-            for (result, counter) in [
-                ("ok", &stats.ok),
-                ("failed", &stats.failed),
-                ("unchanged", &stats.unchanged),
-            ] {
+            for (result, count) in plugins.reloads {
                 self.reloads
                     .get_or_create(&ResultLabel {
                         result: result.to_string(),
                     })
                     .inner()
-                    .store(counter.load(Ordering::Relaxed), Ordering::Relaxed);
+                    .store(count, Ordering::Relaxed);
             }
             self.plugin_info.clear();
-            for (plugin, sha256) in plugins.versions() {
+            for (plugin, sha256) in &plugins.versions {
                 self.plugin_info
-                    .get_or_create(&PluginLabel { plugin, sha256 })
+                    .get_or_create(&PluginLabel {
+                        plugin: plugin.clone(),
+                        sha256: sha256.clone(),
+                    })
                     .set(1);
             }
         }

@@ -80,6 +80,19 @@ impl PluginSet {
     }
 
     /// Sets `[plugins] max_plugin_size` for every later load and reload.
+    /// Reload counts and the versions serving now, for `/metrics`.
+    pub fn report(&self) -> crate::metrics::PluginReport {
+        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        crate::metrics::PluginReport {
+            reloads: [
+                ("ok", count(&self.stats.ok)),
+                ("failed", count(&self.stats.failed)),
+                ("unchanged", count(&self.stats.unchanged)),
+            ],
+            versions: self.versions(),
+        }
+    }
+
     pub fn set_max_plugin_size(&self, bytes: u64) {
         self.runtime.set_max_plugin_size(bytes);
     }
@@ -90,7 +103,7 @@ impl PluginSet {
         if let Some(slot) = self.get(path) {
             return Ok(slot);
         }
-        let plugin = crate::service::load_plugin(&self.runtime, path).await?;
+        let plugin = self.runtime.load_file_async(path).await?;
         info!(
             plugin = plugin.name(),
             version = plugin.short_sha(),

@@ -1,7 +1,7 @@
 //! Unit tests of the delay encoding, limits and plan.
 
 use super::*;
-use crate::topology::Destination;
+use crate::topology::{Arg, Destination};
 
 fn delayer(levels: u8) -> Delayer {
     Delayer::new(levels).expect("valid levels")

@@ -133,6 +133,16 @@ impl Runtime {
     }
 
     /// Blocking (reads and compiles): call it from `spawn_blocking`.
+    /// [`Runtime::load_file`] on the blocking pool, off the async workers.
+    pub async fn load_file_async(&self, path: &Path) -> anyhow::Result<Arc<Plugin>> {
+        let runtime = self.clone();
+        let owned = path.to_path_buf();
+        let loaded = tokio::task::spawn_blocking(move || runtime.load_file(&owned))
+            .await
+            .map_err(|e| anyhow::anyhow!("plugin compile task failed: {e}"))?;
+        Ok(loaded?)
+    }
+
     pub fn load_file(&self, path: &Path) -> Result<Arc<Plugin>, LoadError> {
         let bytes = self.read_file(path)?;
         self.load_bytes(&super::file::file_name(path), &bytes)

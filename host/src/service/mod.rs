@@ -9,7 +9,6 @@ mod session;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +24,7 @@ use crate::config::{Config, Subscription};
 use crate::consumer::Subscriber;
 use crate::delay::Delayer;
 use crate::metrics::Metrics;
-use crate::plugin::{Plugin, Runtime, RuntimeConfig};
+use crate::plugin::{Runtime, RuntimeConfig};
 use crate::reload::{self, Change, PluginSet};
 use crate::topology::{Plan, TopologyError};
 
@@ -51,16 +50,6 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
     .context("starting the plugin runtime")?;
     runtime.set_max_plugin_size(config.plugins.max_plugin_size);
     Ok(runtime)
-}
-
-/// Compiles one plugin file off the async workers.
-pub async fn load_plugin(runtime: &Runtime, path: &Path) -> anyhow::Result<Arc<Plugin>> {
-    let runtime = runtime.clone();
-    let owned = path.to_path_buf();
-    let loaded = tokio::task::spawn_blocking(move || runtime.load_file(&owned))
-        .await
-        .context("plugin compile task failed")?;
-    Ok(loaded?)
 }
 
 /// What the service is running: the config and a subscriber per subscription queue.

@@ -2,6 +2,7 @@
 //! plain list: printed by `worker-host topology`, declared idempotently by `declare`.
 
 mod declare;
+pub mod delay_levels;
 mod keeper;
 
 use std::fmt;
@@ -134,7 +135,7 @@ impl Plan {
         if let Some(delay) = &config.delay {
             // The [delay] infrastructure (SPEC section 5): level exchanges, TTL queues and
             // exchange-to-exchange bindings.
-            plan.merge(crate::delay::plan(config, delay));
+            plan.merge(delay_levels::plan(delay));
         }
         plan
     }

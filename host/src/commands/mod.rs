@@ -1,5 +1,7 @@
 //! The one-shot commands: check, topology, publish, failed, new-plugin.
 
+mod failed;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -34,7 +36,7 @@ pub async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Check(args) => check(&args.path).await,
         Command::Topology { config, apply } => topology(&config.path, apply).await,
         Command::Publish(args) => publish(args).await,
-        Command::Failed { command } => crate::failed::run(command).await,
+        Command::Failed { command } => failed::run(command).await,
         Command::NewPlugin { name, dir } => {
             let path = crate::scaffold::new_plugin(&dir, &name)?;
             say!("created {}", path.display());
@@ -54,7 +56,7 @@ async fn check(path: &Path) -> anyhow::Result<()> {
         if !seen.insert(sub.plugin_path.clone()) {
             continue;
         }
-        match service::load_plugin(&runtime, &sub.plugin_path).await {
+        match runtime.load_file_async(&sub.plugin_path).await {
             Ok(plugin) => say!(
                 "plugin {} ok (sha256 {})",
                 plugin.name(),
