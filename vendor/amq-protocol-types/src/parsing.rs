@@ -2,9 +2,8 @@ use crate::{flags::*, types::*, value::*};
 use nom::{
     self, Parser,
     bytes::streaming::take,
-    combinator::{all_consuming, complete, flat_map, map, map_opt, map_parser, map_res},
+    combinator::{flat_map, map},
     error::{ContextError, ErrorKind, ParseError, context},
-    multi::fold_many0,
     number::streaming::{
         be_f32, be_f64, be_i16, be_i32, be_i64, be_u16, be_u32, be_u64, i8 as be_i8, u8 as be_u8,
     },
@@ -22,6 +21,44 @@ enum VerboseErrorKind {
     Char(char),
     /// Error kind given by various nom parsers
     Nom(ErrorKind),
+    /// Why a value could not be decoded
+    Cause(ParseCause),
+}
+
+/// The deepest nesting of field tables and arrays the parsers accept: deeper input is refused
+/// with [`ParseCause::TooDeep`] instead of recursing without bound (and overflowing the stack).
+/// RabbitMQ itself refuses far shallower tables in the arguments it decodes.
+pub const MAX_NESTING_DEPTH: usize = 64;
+
+/// Why a value could not be decoded, kept in [`ParserErrors`] so callers can report it.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+#[non_exhaustive]
+pub enum ParseCause {
+    /// A short string (a field name or a property) that is not UTF-8
+    InvalidUtf8,
+    /// A field value whose type byte is not a known [AMQPType](../type.AMQPType.html)
+    UnknownType(u8),
+    /// Field tables and arrays nested deeper than [`MAX_NESTING_DEPTH`]
+    TooDeep,
+    /// A value running past the end of its field table, field array or frame
+    Truncated,
+}
+
+impl fmt::Display for ParseCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ParseCause::InvalidUtf8 => f.write_str("invalid UTF-8 in a short string"),
+            ParseCause::UnknownType(t) if t.is_ascii_graphic() => {
+                write!(f, "unknown field type '{}'", char::from(t))
+            }
+            ParseCause::UnknownType(t) => write!(f, "unknown field type 0x{t:02x}"),
+            ParseCause::TooDeep => write!(
+                f,
+                "field tables nested deeper than {MAX_NESTING_DEPTH} levels"
+            ),
+            ParseCause::Truncated => f.write_str("a value runs past the end of its table or frame"),
+        }
+    }
 }
 
 /// Struct holding the errors stack
@@ -39,6 +76,24 @@ impl ParserErrors {
     #[cfg(feature = "verbose-errors")]
     fn init_errors() -> Option<Vec<VerboseErrorKind>> {
         Some(Vec::new())
+    }
+
+    /// An error for a known cause
+    #[must_use]
+    pub fn from_cause(cause: ParseCause) -> Self {
+        Self {
+            error: VerboseErrorKind::Cause(cause),
+            errors: Self::init_errors(),
+        }
+    }
+
+    /// Why decoding failed, when known
+    #[must_use]
+    pub fn cause(&self) -> Option<ParseCause> {
+        match self.error {
+            VerboseErrorKind::Cause(cause) => Some(cause),
+            _ => None,
+        }
     }
 }
 
@@ -82,7 +137,10 @@ impl<I, E> nom::error::FromExternalError<I, E> for ParserErrors {
 
 impl fmt::Display for ParserErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Parser error: {:?}", self.error)?;
+        match self.error {
+            VerboseErrorKind::Cause(cause) => write!(f, "Parser error: {cause}")?,
+            ref error => write!(f, "Parser error: {error:?}")?,
+        }
         if let Some(errors) = self.errors.as_ref() {
             for error in errors {
                 writeln!(f)?;
@@ -105,7 +163,18 @@ pub type ParserResult<I, T> = Result<(I, T), ParserError>;
 pub fn parse_raw_value<I: ParsableInput>(
     amqp_type: AMQPType,
 ) -> impl Parser<I, Output = AMQPValue, Error = ParserErrors> {
-    context("parse_raw_value", move |i| match amqp_type {
+    context("parse_raw_value", move |i| {
+        parse_raw_value_at(i, amqp_type, 0)
+    })
+}
+
+/// `parse_raw_value` for a value inside `depth` enclosing tables or arrays.
+fn parse_raw_value_at<I: ParsableInput>(
+    i: I,
+    amqp_type: AMQPType,
+    depth: usize,
+) -> ParserResult<I, AMQPValue> {
+    match amqp_type {
         AMQPType::Boolean => map(parse_boolean, AMQPValue::Boolean).parse(i),
         AMQPType::ShortShortInt => map(parse_short_short_int, AMQPValue::ShortShortInt).parse(i),
         AMQPType::ShortShortUInt => map(parse_short_short_uint, AMQPValue::ShortShortUInt).parse(i),
@@ -121,25 +190,40 @@ pub fn parse_raw_value<I: ParsableInput>(
         AMQPType::DecimalValue => map(parse_decimal_value, AMQPValue::DecimalValue).parse(i),
         AMQPType::ShortString => map(parse_short_string, AMQPValue::ShortString).parse(i),
         AMQPType::LongString => map(parse_long_string, AMQPValue::LongString).parse(i),
-        AMQPType::FieldArray => map(parse_field_array, AMQPValue::FieldArray).parse(i),
+        AMQPType::FieldArray => {
+            parse_field_array_at(i, depth + 1).map(|(i, array)| (i, AMQPValue::FieldArray(array)))
+        }
         AMQPType::Timestamp => map(parse_timestamp, AMQPValue::Timestamp).parse(i),
-        AMQPType::FieldTable => map(parse_field_table, AMQPValue::FieldTable).parse(i),
+        AMQPType::FieldTable => {
+            parse_field_table_at(i, depth + 1).map(|(i, table)| (i, AMQPValue::FieldTable(table)))
+        }
         AMQPType::ByteArray => map(parse_byte_array, AMQPValue::ByteArray).parse(i),
         AMQPType::Void => Ok((i, AMQPValue::Void)),
-    })
+    }
 }
 
 /// Parse an [AMQPValue](../type.AMQPValue.html)
 pub fn parse_value<I: ParsableInput>(i: I) -> ParserResult<I, AMQPValue> {
-    context("parse_value", flat_map(parse_type, parse_raw_value)).parse(i)
+    context("parse_value", |i| parse_value_at(i, 0)).parse(i)
+}
+
+/// `parse_value` for a value inside `depth` enclosing tables or arrays.
+fn parse_value_at<I: ParsableInput>(i: I, depth: usize) -> ParserResult<I, AMQPValue> {
+    let (i, amqp_type) = parse_type(i)?;
+    parse_raw_value_at(i, amqp_type, depth)
 }
 
 /// Parse an [AMQPType](../type.AMQPType.html)
 pub fn parse_type<I: ParsableInput>(i: I) -> ParserResult<I, AMQPType> {
-    context(
-        "parse_type",
-        map_opt(be_u8, |t| AMQPType::from_id(t as char)),
-    )
+    context("parse_type", |i| {
+        let (rest, id) = parse_short_short_uint(i)?;
+        match AMQPType::from_id(char::from(id)) {
+            Some(amqp_type) => Ok((rest, amqp_type)),
+            None => Err(nom::Err::Error(ParserErrors::from_cause(
+                ParseCause::UnknownType(id),
+            ))),
+        }
+    })
     .parse(i)
 }
 
@@ -221,13 +305,15 @@ fn make_str<I: Input<Item = u8>>(i: I) -> Result<String, std::string::FromUtf8Er
 
 /// Parse a [ShortString](../type.ShortString.html)
 pub fn parse_short_string<I: ParsableInput>(i: I) -> ParserResult<I, ShortString> {
-    context(
-        "parse_short_string",
-        map(
-            map_res(flat_map(parse_short_short_uint, take), make_str),
-            ShortString::from,
-        ),
-    )
+    context("parse_short_string", |i| {
+        let (rest, bytes) = flat_map(parse_short_short_uint, take).parse(i)?;
+        match make_str(bytes) {
+            Ok(s) => Ok((rest, ShortString::from(s))),
+            Err(_) => Err(nom::Err::Error(ParserErrors::from_cause(
+                ParseCause::InvalidUtf8,
+            ))),
+        }
+    })
     .parse(i)
 }
 
@@ -244,21 +330,44 @@ pub fn parse_long_string<I: ParsableInput>(i: I) -> ParserResult<I, LongString> 
 
 /// Parse a [FieldArray](../type.FieldArray.html)
 pub fn parse_field_array<I: ParsableInput>(i: I) -> ParserResult<I, FieldArray> {
-    context(
-        "parse_field_array",
-        map_parser(
-            flat_map(parse_long_uint, take),
-            all_consuming(fold_many0(
-                context("parse_field_array_entry", complete(parse_value)),
-                FieldArray::default,
-                |mut acc, elem| {
-                    acc.push(elem);
-                    acc
-                },
-            )),
-        ),
-    )
-    .parse(i)
+    context("parse_field_array", |i| parse_field_array_at(i, 1)).parse(i)
+}
+
+/// `parse_field_array` for an array at nesting level `depth` (1 for the outermost).
+fn parse_field_array_at<I: ParsableInput>(i: I, depth: usize) -> ParserResult<I, FieldArray> {
+    let (rest, mut entries) = nested(i, depth)?;
+    let mut array = FieldArray::default();
+    while entries.input_len() > 0 {
+        let (next, value) = within(
+            context("parse_field_array_entry", |i| parse_value_at(i, depth)).parse(entries),
+        )?;
+        array.push(value);
+        entries = next;
+    }
+    Ok((rest, array))
+}
+
+/// The bytes of a table or array at nesting level `depth`, after its length prefix.
+fn nested<I: ParsableInput>(i: I, depth: usize) -> ParserResult<I, I> {
+    if depth > MAX_NESTING_DEPTH {
+        return Err(nom::Err::Failure(ParserErrors::from_cause(
+            ParseCause::TooDeep,
+        )));
+    }
+    flat_map(parse_long_uint, take).parse(i)
+}
+
+/// An entry of a table or array lies wholly inside the length of its container, so running out
+/// of bytes there is a truncated value, not a need for more input; and any error there is final
+/// (a `Failure`), so that it reaches the caller with its cause instead of ending a loop early.
+fn within<I, O>(result: ParserResult<I, O>) -> ParserResult<I, O> {
+    result.map_err(|err| match err {
+        nom::Err::Incomplete(_) => {
+            nom::Err::Failure(ParserErrors::from_cause(ParseCause::Truncated))
+        }
+        nom::Err::Error(err) => nom::Err::Failure(err),
+        failure => failure,
+    })
 }
 
 /// Parse a [Timestamp](../type.Timestamp.html)
@@ -268,24 +377,25 @@ pub fn parse_timestamp<I: ParsableInput>(i: I) -> ParserResult<I, Timestamp> {
 
 /// Parse a [FieldTable](../type.FieldTable.html)
 pub fn parse_field_table<I: ParsableInput>(i: I) -> ParserResult<I, FieldTable> {
-    context(
-        "parse_field_table",
-        map_parser(
-            flat_map(parse_long_uint, take),
-            all_consuming(fold_many0(
-                context(
-                    "parse_field_table_entry",
-                    complete(pair(parse_short_string, parse_value)),
-                ),
-                FieldTable::default,
-                |mut acc, (key, value)| {
-                    acc.insert(key, value);
-                    acc
-                },
-            )),
-        ),
-    )
-    .parse(i)
+    context("parse_field_table", |i| parse_field_table_at(i, 1)).parse(i)
+}
+
+/// `parse_field_table` for a table at nesting level `depth` (1 for the outermost).
+fn parse_field_table_at<I: ParsableInput>(i: I, depth: usize) -> ParserResult<I, FieldTable> {
+    let (rest, mut entries) = nested(i, depth)?;
+    let mut table = FieldTable::default();
+    while entries.input_len() > 0 {
+        let (next, (key, value)) = within(
+            context(
+                "parse_field_table_entry",
+                pair(parse_short_string, |i| parse_value_at(i, depth)),
+            )
+            .parse(entries),
+        )?;
+        table.insert(key, value);
+        entries = next;
+    }
+    Ok((rest, table))
 }
 
 /// Parse a [ByteArray](../type.ByteArray.html)
@@ -542,6 +652,107 @@ mod test {
                 ][..]
             ),
             Ok((EMPTY, table))
+        );
+    }
+
+    /// A value of `depth` field arrays nested in each other.
+    fn nested_arrays(depth: usize) -> Vec<u8> {
+        (1..=depth)
+            .rev()
+            .flat_map(|level| {
+                let len = 5 * (level as u32 - 1);
+                std::iter::once(b'A').chain(len.to_be_bytes())
+            })
+            .collect()
+    }
+
+    /// A field table holding `entry` (key and value bytes).
+    fn table_of(entry: &[u8]) -> Vec<u8> {
+        let mut table = (entry.len() as u32).to_be_bytes().to_vec();
+        table.extend_from_slice(entry);
+        table
+    }
+
+    fn cause<O: fmt::Debug>(result: ParserResult<&[u8], O>) -> Option<ParseCause> {
+        match result {
+            Err(nom::Err::Error(e) | nom::Err::Failure(e)) => e.cause(),
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn test_nesting_limit() {
+        // A table is level 1, so its value may nest MAX_NESTING_DEPTH - 1 more arrays.
+        let mut ok = vec![1, b'k'];
+        ok.extend(nested_arrays(MAX_NESTING_DEPTH - 1));
+        assert!(parse_field_table(&table_of(&ok)[..]).is_ok());
+        let mut deep = vec![1, b'k'];
+        deep.extend(nested_arrays(MAX_NESTING_DEPTH));
+        assert_eq!(
+            cause(parse_field_table(&table_of(&deep)[..])),
+            Some(ParseCause::TooDeep)
+        );
+    }
+
+    #[test]
+    fn test_deep_nesting_does_not_overflow_a_small_stack() {
+        let value = nested_arrays(100_000);
+        assert_eq!(
+            parse_value(&nested_arrays(3)[..]).map(|(i, _)| i),
+            Ok(EMPTY)
+        );
+        let result = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || cause(parse_value(&value[..])))
+            .expect("thread")
+            .join()
+            .expect("no stack overflow");
+        assert_eq!(result, Some(ParseCause::TooDeep));
+    }
+
+    #[test]
+    fn test_causes_survive_tables() {
+        // A key that is not UTF-8.
+        let bad_key = table_of(&[2, 0xc3, 0x28, b'V']);
+        assert_eq!(
+            cause(parse_field_table(&bad_key[..])),
+            Some(ParseCause::InvalidUtf8)
+        );
+        // A value of unknown type, inside an array inside a table.
+        let array = [b'A', 0, 0, 0, 1, b'Z'];
+        let mut entry = vec![1, b'k'];
+        entry.extend_from_slice(&array);
+        let unknown = table_of(&entry);
+        assert_eq!(
+            cause(parse_field_table(&unknown[..])),
+            Some(ParseCause::UnknownType(b'Z'))
+        );
+        assert_eq!(
+            ParseCause::UnknownType(b'Z').to_string(),
+            "unknown field type 'Z'"
+        );
+        assert_eq!(
+            ParseCause::UnknownType(0).to_string(),
+            "unknown field type 0x00"
+        );
+        // A long string longer than its table.
+        let truncated = table_of(&[1, b'k', b'S', 0, 0, 0, 9, b'x']);
+        assert_eq!(
+            cause(parse_field_table(&truncated[..])),
+            Some(ParseCause::Truncated)
+        );
+        // Outside a table, a short input still only needs more bytes.
+        assert!(matches!(
+            parse_field_table(&[0, 0, 0, 9, 1][..]),
+            Err(nom::Err::Incomplete(_))
+        ));
+    }
+
+    #[test]
+    fn test_invalid_short_string() {
+        assert_eq!(
+            cause(parse_short_string(&[2, 0xff, 0xfe][..])),
+            Some(ParseCause::InvalidUtf8)
         );
     }
 

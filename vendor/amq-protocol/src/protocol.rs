@@ -20,6 +20,12 @@ include!("generated.rs");
 /// Type alias for AMQP BasicProperties
 pub type BasicProperties = basic::AMQPProperties;
 
+/// The header a content header carries in place of properties that could not be decoded
+/// (invalid UTF-8, an unknown field type, tables nested too deep, a truncated value): the other
+/// properties are left at their defaults, and this header's value, a long string, names the
+/// problem. See [`parse_content_header`](crate::frame::parsing::parse_content_header).
+pub const UNDECODABLE_PROPERTIES_HEADER: &str = "x-undecodable-properties";
+
 /// An AMQP Error
 #[derive(Clone, Debug, PartialEq)]
 pub struct AMQPError {

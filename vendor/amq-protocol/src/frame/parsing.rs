@@ -3,7 +3,7 @@ pub use crate::types::parsing::traits;
 use crate::{
     frame::*,
     protocol::{basic::parse_properties, *},
-    types::parsing::*,
+    types::{AMQPValue, FieldTable, parsing::*},
 };
 use nom::{
     Parser,
@@ -122,26 +122,51 @@ pub fn parse_raw_frame<I: ParsableInput>(
     }
 }
 
-/// Parse a content header frame
+/// Parse the payload of a content header frame (all of it).
+///
+/// Once its fixed part (class id, weight, body size) is read this parser cannot fail: properties
+/// that cannot be decoded (invalid UTF-8, an unknown field type, tables nested too deep, a
+/// truncated value, bytes left over) are replaced by default properties with one header,
+/// [`UNDECODABLE_PROPERTIES_HEADER`], naming the problem. The frame is well formed and its body
+/// can be read, so one bad message need not break the connection that carries it.
 pub fn parse_content_header<I: ParsableInput>(i: I) -> ParserResult<I, AMQPContentHeader> {
-    context(
+    let (i, (class_id, _weight, body_size)) = context(
         "parse_content_header",
-        map(
-            (
-                parse_id,
-                parse_short_uint,
-                parse_long_long_uint,
-                context("parse_properties", parse_properties),
-            ),
-            // weight is always 0 per the spec and unused; accept any value for compatibility
-            |(class_id, _weight, body_size, properties)| AMQPContentHeader {
-                class_id,
-                body_size,
-                properties,
-            },
-        ),
+        // weight is always 0 per the spec and unused; accept any value for compatibility
+        (parse_id, parse_short_uint, parse_long_long_uint),
     )
-    .parse(i)
+    .parse(i)?;
+    let properties = match context("parse_properties", parse_properties).parse(i.clone()) {
+        Ok((rest, properties)) if rest.input_len() == 0 => properties,
+        Ok((rest, _)) => undecodable(format!(
+            "{} unexpected bytes after the properties",
+            rest.input_len()
+        )),
+        Err(nom::Err::Incomplete(_)) => undecodable(ParseCause::Truncated.to_string()),
+        Err(nom::Err::Error(err) | nom::Err::Failure(err)) => undecodable(
+            err.cause()
+                .map_or_else(|| "malformed properties".to_string(), |c| c.to_string()),
+        ),
+    };
+    let end = i.input_len();
+    Ok((
+        i.take_from(end),
+        AMQPContentHeader {
+            class_id,
+            body_size,
+            properties,
+        },
+    ))
+}
+
+/// Default properties marked with `problem`.
+fn undecodable(problem: String) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    headers.insert(
+        UNDECODABLE_PROPERTIES_HEADER.into(),
+        AMQPValue::LongString(problem.into()),
+    );
+    BasicProperties::default().with_headers(headers)
 }
 
 #[cfg(test)]
@@ -169,6 +194,86 @@ mod test {
             parse_frame(&[8, 0, 1, 0, 0, 0, 0, 206][..]),
             Ok((&[][..], AMQPFrame::InvalidHeartbeat(1)))
         );
+    }
+
+    /// A content header frame payload: class 60, weight 0, body size 5, then `properties`.
+    fn content_header(properties: &[u8]) -> Vec<u8> {
+        let mut payload = vec![0, 60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
+        payload.extend_from_slice(properties);
+        payload
+    }
+
+    fn problem(properties: &[u8]) -> String {
+        let payload = content_header(properties);
+        let (rest, header) = parse_content_header(&payload[..]).expect("decodes");
+        assert!(rest.is_empty());
+        assert_eq!((header.class_id, header.body_size), (60, 5));
+        let headers = header.properties.headers().clone().expect("marked");
+        assert_eq!(headers.inner().len(), 1);
+        match headers.inner().get(UNDECODABLE_PROPERTIES_HEADER) {
+            Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into(),
+            other => panic!("no marker: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn test_content_header_with_undecodable_properties() {
+        // message-id (flag bit 7) that is not UTF-8
+        assert_eq!(
+            problem(&[0x00, 0x80, 2, 0xc3, 0x28]),
+            "invalid UTF-8 in a short string"
+        );
+        // headers (flag bit 13) with a key that is not UTF-8
+        assert_eq!(
+            problem(&[0x20, 0x00, 0, 0, 0, 3, 1, 0xff, b'V']),
+            "invalid UTF-8 in a short string"
+        );
+        // headers with an unknown field type
+        assert_eq!(
+            problem(&[0x20, 0x00, 0, 0, 0, 3, 1, b'k', b'Z']),
+            "unknown field type 'Z'"
+        );
+        // headers with arrays nested 1,500 deep
+        let mut deep = vec![0x20, 0x00];
+        let depth = 1500u32;
+        deep.extend_from_slice(&(2 + 5 * depth).to_be_bytes());
+        deep.extend_from_slice(&[1, b'k']);
+        for level in (1..=depth).rev() {
+            deep.push(b'A');
+            deep.extend_from_slice(&(5 * (level - 1)).to_be_bytes());
+        }
+        assert_eq!(problem(&deep), "field tables nested deeper than 64 levels");
+        // content-type (flag bit 15) running past the end
+        assert_eq!(
+            problem(&[0x80, 0x00, 9, b'a']),
+            "a value runs past the end of its table or frame"
+        );
+        // bytes after the last property
+        assert_eq!(
+            problem(&[0x00, 0x00, 1, 2]),
+            "2 unexpected bytes after the properties"
+        );
+    }
+
+    #[test]
+    fn test_undecodable_header_frame_still_frames() {
+        let payload = content_header(&[0x00, 0x80, 1, 0xff]);
+        let mut frame = vec![constants::FRAME_HEADER, 0, 1];
+        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&payload);
+        frame.push(constants::FRAME_END);
+        frame.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 206]);
+        let (rest, parsed) = parse_frame(&frame[..]).expect("decodes");
+        assert!(matches!(parsed, AMQPFrame::Header(1, _)));
+        assert_eq!(parse_frame(rest), Ok((&[][..], AMQPFrame::Heartbeat)));
+        // A well-formed header is untouched.
+        let good = content_header(&[0x00, 0x80, 2, b'i', b'd']);
+        let (_, header) = parse_content_header(&good[..]).expect("decodes");
+        assert_eq!(
+            header.properties.message_id().as_ref().map(|s| s.as_str()),
+            Some("id")
+        );
+        assert_eq!(header.properties.headers(), &None);
     }
 
     #[test]
