@@ -168,12 +168,27 @@ pub fn parse_raw_value<I: ParsableInput>(
     })
 }
 
-/// `parse_raw_value` for a value inside `depth` enclosing tables or arrays.
+/// `parse_raw_value` for a value inside `depth` enclosing tables or arrays. Tables and arrays
+/// recurse through here, so this frame (and theirs) is kept small: scalars are parsed apart.
 fn parse_raw_value_at<I: ParsableInput>(
     i: I,
     amqp_type: AMQPType,
     depth: usize,
 ) -> ParserResult<I, AMQPValue> {
+    match amqp_type {
+        AMQPType::FieldArray => {
+            parse_field_array_at(i, depth + 1).map(|(i, array)| (i, AMQPValue::FieldArray(array)))
+        }
+        AMQPType::FieldTable => {
+            parse_field_table_at(i, depth + 1).map(|(i, table)| (i, AMQPValue::FieldTable(table)))
+        }
+        amqp_type => parse_scalar(i, amqp_type),
+    }
+}
+
+/// A value of any type but tables and arrays.
+#[inline(never)]
+fn parse_scalar<I: ParsableInput>(i: I, amqp_type: AMQPType) -> ParserResult<I, AMQPValue> {
     match amqp_type {
         AMQPType::Boolean => map(parse_boolean, AMQPValue::Boolean).parse(i),
         AMQPType::ShortShortInt => map(parse_short_short_int, AMQPValue::ShortShortInt).parse(i),
@@ -190,13 +205,9 @@ fn parse_raw_value_at<I: ParsableInput>(
         AMQPType::DecimalValue => map(parse_decimal_value, AMQPValue::DecimalValue).parse(i),
         AMQPType::ShortString => map(parse_short_string, AMQPValue::ShortString).parse(i),
         AMQPType::LongString => map(parse_long_string, AMQPValue::LongString).parse(i),
-        AMQPType::FieldArray => {
-            parse_field_array_at(i, depth + 1).map(|(i, array)| (i, AMQPValue::FieldArray(array)))
-        }
+        AMQPType::FieldArray => map(parse_field_array, AMQPValue::FieldArray).parse(i),
         AMQPType::Timestamp => map(parse_timestamp, AMQPValue::Timestamp).parse(i),
-        AMQPType::FieldTable => {
-            parse_field_table_at(i, depth + 1).map(|(i, table)| (i, AMQPValue::FieldTable(table)))
-        }
+        AMQPType::FieldTable => map(parse_field_table, AMQPValue::FieldTable).parse(i),
         AMQPType::ByteArray => map(parse_byte_array, AMQPValue::ByteArray).parse(i),
         AMQPType::Void => Ok((i, AMQPValue::Void)),
     }
@@ -338,8 +349,11 @@ fn parse_field_array_at<I: ParsableInput>(i: I, depth: usize) -> ParserResult<I,
     let (rest, mut entries) = nested(i, depth)?;
     let mut array = FieldArray::default();
     while entries.input_len() > 0 {
+        let at = entries.clone();
         let (next, value) = within(
-            context("parse_field_array_entry", |i| parse_value_at(i, depth)).parse(entries),
+            parse_value_at(entries, depth),
+            at,
+            "parse_field_array_entry",
         )?;
         array.push(value);
         entries = next;
@@ -360,13 +374,19 @@ fn nested<I: ParsableInput>(i: I, depth: usize) -> ParserResult<I, I> {
 /// An entry of a table or array lies wholly inside the length of its container, so running out
 /// of bytes there is a truncated value, not a need for more input; and any error there is final
 /// (a `Failure`), so that it reaches the caller with its cause instead of ending a loop early.
-fn within<I, O>(result: ParserResult<I, O>) -> ParserResult<I, O> {
-    result.map_err(|err| match err {
-        nom::Err::Incomplete(_) => {
-            nom::Err::Failure(ParserErrors::from_cause(ParseCause::Truncated))
-        }
-        nom::Err::Error(err) => nom::Err::Failure(err),
-        failure => failure,
+/// (A plain function rather than `context` and `pair`: tables and arrays recurse through the
+/// callers, and every combinator frame there costs stack per nesting level.)
+fn within<I: Clone, O>(
+    result: ParserResult<I, O>,
+    entry: I,
+    ctx: &'static str,
+) -> ParserResult<I, O> {
+    result.map_err(|err| {
+        let err = match err {
+            nom::Err::Incomplete(_) => ParserErrors::from_cause(ParseCause::Truncated),
+            nom::Err::Error(err) | nom::Err::Failure(err) => err,
+        };
+        nom::Err::Failure(ParserErrors::add_context(entry, ctx, err))
     })
 }
 
@@ -385,13 +405,13 @@ fn parse_field_table_at<I: ParsableInput>(i: I, depth: usize) -> ParserResult<I,
     let (rest, mut entries) = nested(i, depth)?;
     let mut table = FieldTable::default();
     while entries.input_len() > 0 {
-        let (next, (key, value)) = within(
-            context(
-                "parse_field_table_entry",
-                pair(parse_short_string, |i| parse_value_at(i, depth)),
-            )
-            .parse(entries),
+        let at = entries.clone();
+        let (next, key) = within(
+            parse_short_string(entries),
+            at.clone(),
+            "parse_field_table_entry",
         )?;
+        let (next, value) = within(parse_value_at(next, depth), at, "parse_field_table_entry")?;
         table.insert(key, value);
         entries = next;
     }
