@@ -232,6 +232,12 @@ impl QueueMetrics {
         self.requeued.inc();
     }
 
+    /// A message was parked as `fail` without a handler call (it could not be decoded).
+    pub fn parked_unhandled(&self) {
+        self.fail.inc();
+        self.failed.inc();
+    }
+
     /// A message was settled with `outcome` (`ok`, `retry`, `fail`, `retries-exhausted`) after
     /// a call of `elapsed`.
     pub fn handled(&self, outcome: &str, elapsed: Duration) {
