@@ -12,6 +12,7 @@ pub mod failed;
 pub mod metrics;
 pub mod outcome;
 pub mod plugin;
+mod poison;
 pub mod reload;
 pub mod scaffold;
 pub mod service;

@@ -320,9 +320,11 @@ impl QueueMetrics {
     }
 
     /// A message was settled with `outcome` (`ok`, `retry`, `fail`, `retries-exhausted`) after
-    /// a call of `elapsed`.
-    pub fn handled(&self, outcome: &str, elapsed: Duration) {
-        self.duration.observe(elapsed.as_secs_f64());
+    /// a call of `elapsed` (None: settled without a handler call).
+    pub fn handled(&self, outcome: &str, elapsed: Option<Duration>) {
+        if let Some(elapsed) = elapsed {
+            self.duration.observe(elapsed.as_secs_f64());
+        }
         match outcome {
             "ok" => {
                 self.ok.inc();

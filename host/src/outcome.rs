@@ -1,6 +1,7 @@
 //! What happens to a message after its handler ran: the attempt count, the decision (ack, retry
 //! or park), and the headers the host writes on what it republishes.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use lapin::types::{AMQPValue, FieldTable, LongString};
@@ -150,9 +151,20 @@ pub struct Stamp<'a> {
     pub failed: Option<FailedReason>,
 }
 
-/// The headers of a republished message: its own, plus the host's.
+/// The headers of a republished message: its own, plus the host's. The broker's dead-letter
+/// records are dropped: they are the broker's to write (RabbitMQ 4 ignores or chokes on
+/// client-sent ones, and a malformed `x-death` could wedge a retry queue), and the count they
+/// carry lives on in `worker-attempts`.
 pub fn stamp_headers(original: Option<&FieldTable>, stamp: &Stamp<'_>) -> FieldTable {
-    let mut headers = original.cloned().unwrap_or_default();
+    let mut headers = original
+        .map(|h| {
+            let own = h.inner().iter().filter(|(k, _)| !broker_owned(k.as_str()));
+            FieldTable::from(
+                own.map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        })
+        .unwrap_or_default();
     if !headers.contains_key(ORIG_ROUTING_KEY) {
         headers.insert(ORIG_ROUTING_KEY.into(), text(stamp.routing_key));
     }
@@ -169,6 +181,12 @@ pub fn stamp_headers(original: Option<&FieldTable>, stamp: &Stamp<'_>) -> FieldT
         headers.insert(FAILED_AT.into(), text(&now));
     }
     headers
+}
+
+/// Headers only the broker writes: `x-death` and the `x-first-death-*` / `x-last-death-*`
+/// summaries.
+pub fn broker_owned(name: &str) -> bool {
+    name == "x-death" || name.starts_with("x-first-death-") || name.starts_with("x-last-death-")
 }
 
 /// A header value as a long string.
@@ -325,6 +343,42 @@ mod tests {
         );
         assert_eq!(calls_made(Some(&h), "q"), 3);
         assert_eq!(calls_made(None, "q"), 0);
+    }
+
+    #[test]
+    fn stamp_drops_broker_owned_headers() {
+        let mut h = FieldTable::default();
+        h.insert("mine".into(), text("kept"));
+        // Malformed on purpose: an array holding a string, not tables.
+        h.insert("x-death".into(), field_array(vec![text("not a table")]));
+        for name in [
+            "x-first-death-queue",
+            "x-first-death-reason",
+            "x-first-death-exchange",
+            "x-last-death-queue",
+            "x-last-death-reason",
+            "x-last-death-exchange",
+        ] {
+            h.insert(name.into(), text("q@retry.1s"));
+        }
+        h.insert("x-deathly".into(), text("not the broker's"));
+        let stamp = Stamp {
+            routing_key: "k",
+            attempts: 2,
+            cause: "later",
+            plugin: "p.wasm",
+            plugin_sha256: "abc",
+            failed: None,
+        };
+        let out = stamp_headers(Some(&h), &stamp);
+        let names: Vec<&str> = out.inner().keys().map(|k| k.as_str()).collect();
+        assert!(!names.iter().any(|n| broker_owned(n)), "{names:?}");
+        assert!(names.contains(&"mine") && names.contains(&"x-deathly"));
+        assert_eq!(
+            calls_made(Some(&h), "q"),
+            0,
+            "a malformed x-death counts nothing"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_to_a_missing_exchange_closes_one_channel_not_the_connection() {
     let n = Faults::new("missing-ex");
-    let fwd = crate::forwarder::Forwarder::start().await;
+    let fwd = crate::forwarder::Forwarder::to_broker().await;
     let admin = free_addr();
     let missing = format!("{}.nowhere", n.p);
     let toml = n.toml(
@@ -71,7 +71,7 @@ async fn a_publish_to_a_missing_exchange_closes_one_channel_not_the_connection()
         assert_eq!(headers["worker-failed-reason"], "retries-exhausted");
         assert_eq!(headers["worker-attempts"], "3");
     }
-    assert_eq!(fwd.accepted(), 1, "one connection for the whole test");
+    assert_eq!(fwd.connections(), 1, "one connection for the whole test");
     assert_eq!(
         ready.map(|r| r.0),
         Some(200),
@@ -80,7 +80,7 @@ async fn a_publish_to_a_missing_exchange_closes_one_channel_not_the_connection()
     println!(
         "FIGURES missing exchange: {} good handled once, 20 parked, {} connection(s)",
         seen.len(),
-        fwd.accepted()
+        fwd.connections()
     );
     n.cleanup().await;
 }
@@ -90,7 +90,7 @@ async fn a_publish_to_a_missing_exchange_closes_one_channel_not_the_connection()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_retry_and_failed_queues_are_declared_again() {
     let n = Faults::new("deleted-q");
-    let fwd = crate::forwarder::Forwarder::start().await;
+    let fwd = crate::forwarder::Forwarder::to_broker().await;
     let admin = free_addr();
     let toml = n.toml(
         &fwd.url(),
@@ -126,7 +126,7 @@ async fn deleted_retry_and_failed_queues_are_declared_again() {
         0.0
     );
     assert!(metric(&metrics, "worker_topology_repairs_total", "") >= 1.0);
-    assert_eq!(fwd.accepted(), 1, "one connection for the whole test");
+    assert_eq!(fwd.connections(), 1, "one connection for the whole test");
     n.cleanup().await;
 }
 
@@ -135,7 +135,7 @@ async fn deleted_retry_and_failed_queues_are_declared_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_exchange_is_declared_again_before_retries_come_due() {
     let n = Faults::new("deleted-ex");
-    let fwd = crate::forwarder::Forwarder::start().await;
+    let fwd = crate::forwarder::Forwarder::to_broker().await;
     let admin = free_addr();
     let toml = n
         .toml(&fwd.url(), Some(admin), "retry_delays = [\"4s\"]")
@@ -169,7 +169,7 @@ async fn a_deleted_exchange_is_declared_again_before_retries_come_due() {
         "FIGURES deleted exchange: 10/10 delivered {:?} after the delete",
         deleted.elapsed()
     );
-    assert_eq!(fwd.accepted(), 1);
+    assert_eq!(fwd.connections(), 1);
     n.cleanup().await;
 }
 
@@ -250,7 +250,7 @@ async fn retrying_a_large_message_keeps_one_copy_of_its_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
     let n = Faults::new("ctimeout");
-    let fwd = crate::forwarder::Forwarder::start().await;
+    let fwd = crate::forwarder::Forwarder::to_broker().await;
     let _timeout = ConsumerTimeout::set(Duration::from_secs(1)).await;
     let toml = n.toml(
         &fwd.url(),
@@ -283,7 +283,7 @@ async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
     seen.sort_unstable();
     assert_eq!(seen, vec![1, 2, 3, 4, 5], "the others once each");
     assert_eq!(depth(&conn, &n.q()).await, 0);
-    assert_eq!(fwd.accepted(), 1, "channel-sized: one connection");
+    assert_eq!(fwd.connections(), 1, "channel-sized: one connection");
     println!("FIGURES consumer timeout: parked once after {took:?}, 1 connection");
     n.cleanup().await;
 }

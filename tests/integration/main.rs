@@ -10,6 +10,8 @@ mod failed;
 mod faults;
 mod forwarder;
 mod plugins;
+mod poison;
+mod raw_amqp;
 mod reload;
 mod service;
 mod topology;

@@ -21,6 +21,8 @@ pub(super) struct Received {
     pub redelivered: bool,
     pub properties: BasicProperties,
     pub at: Instant,
+    /// Handler calls made for this message, this one included (`worker-attempts`).
+    pub calls: u32,
 }
 
 impl Subscriber {
@@ -61,6 +63,7 @@ impl Subscriber {
             publish: self.policy.clone(),
         });
         let received = Received {
+            calls: input.meta.attempt,
             tag: delivery_tag,
             routing_key: routing_key.to_string(),
             redelivered,

@@ -19,6 +19,7 @@ use super::{Link, Subscriber};
 use crate::broker::{self, PublishError};
 use crate::outcome::{self, Decision, FailedReason, Stamp};
 use crate::plugin::{Input, Plugin, Publish};
+use crate::poison;
 
 /// Persistent delivery mode.
 const PERSISTENT: u8 = 2;
@@ -49,10 +50,10 @@ impl Subscriber {
         call: Call<'_>,
         permit: OwnedSemaphorePermit,
     ) {
-        let (input, received) = self.receive(delivery);
+        let (input, mut received) = self.receive(delivery);
         let plugin = self.plugin.load_full();
-        let (decision, publishes, elapsed) = match self.precheck(&input, received.redelivered) {
-            Some(decision) => (decision, Vec::new(), Duration::ZERO),
+        let (decision, publishes, elapsed) = match self.precheck(&input, &mut received) {
+            Some(decision) => (decision, Vec::new(), None),
             None => {
                 let in_flight = self.metrics.call_started();
                 // A call whose channel died cannot settle its message: stop it at once.
@@ -72,7 +73,7 @@ impl Subscriber {
                     input.meta.attempt,
                     self.sub.max_retries,
                 );
-                (decision, invocation.publishes, invocation.elapsed)
+                (decision, invocation.publishes, Some(invocation.elapsed))
             }
         };
         drop(permit);
@@ -89,22 +90,29 @@ impl Subscriber {
             .await;
     }
 
-    /// A decision that needs no plugin call: a message over `max_message_size` is parked
-    /// untouched; a redelivery of a message whose call outlived the consumer timeout counts as
-    /// that failed call.
-    fn precheck(&self, input: &Input, redelivered: bool) -> Option<Decision> {
+    /// A decision that needs no plugin call: a delivery the client could not decode, or one
+    /// over `max_message_size`, is parked untouched (no call is counted); a redelivery of a
+    /// message whose call outlived the consumer timeout counts as that failed call.
+    fn precheck(&self, input: &Input, received: &mut Received) -> Option<Decision> {
+        let park = |cause: String| Decision::Park {
+            reason: FailedReason::Fail,
+            cause,
+        };
+        if let Some(problem) = poison::undecodable(&received.properties) {
+            received.properties = poison::without_marker(&received.properties);
+            received.calls = received.calls.saturating_sub(1);
+            return Some(park(poison::cause(&problem)));
+        }
         let size = input.body.len() as u64;
         if size > self.sub.max_message_size {
-            return Some(Decision::Park {
-                reason: FailedReason::Fail,
-                cause: format!(
-                    "message of {size} bytes is larger than max_message_size ({} bytes); \
-                     parked without running the plugin",
-                    self.sub.max_message_size
-                ),
-            });
+            received.calls = received.calls.saturating_sub(1);
+            return Some(park(format!(
+                "message of {size} bytes is larger than max_message_size ({} bytes); parked \
+                 without running the plugin",
+                self.sub.max_message_size
+            )));
         }
-        if redelivered && !self.strikes.is_empty() {
+        if received.redelivered && !self.strikes.is_empty() {
             let cause = self.strikes.take(&identity(input))?;
             return Some(outcome::retry_or_park(
                 cause,
@@ -174,7 +182,7 @@ impl Subscriber {
         };
         let stamp = Stamp {
             routing_key: &received.routing_key,
-            attempts: input.meta.attempt,
+            attempts: received.calls,
             cause,
             plugin: plugin.name(),
             plugin_sha256: plugin.sha256(),
@@ -192,7 +200,7 @@ impl Subscriber {
         input: &Input,
         received: &Received,
         plugin: &Plugin,
-        elapsed: Duration,
+        elapsed: Option<Duration>,
         call: &Call<'_>,
     ) {
         let queue = self.sub.queue.as_str();
