@@ -1,0 +1,1 @@
+/// Server confirmation of `queue.purge`, returning the number of messages deleted.
