@@ -55,6 +55,7 @@ impl Inner {
     fn handle_content_header_frame(&mut self, size: PayloadSize, properties: BasicProperties) {
         if let Some(inner) = self.0.as_mut() {
             inner.message.properties = properties;
+            inner.message.reserve_body(size);
         }
         if size == 0 {
             self.new_delivery_complete();

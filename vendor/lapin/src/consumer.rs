@@ -384,6 +384,7 @@ impl Inner {
     ) -> Option<Delivery> {
         if let Some(delivery) = self.current_message.as_mut() {
             delivery.properties = properties;
+            delivery.reserve_body(size);
         }
         self.check_new_delivery_complete(size == 0)
     }

@@ -95,6 +95,15 @@ impl Delivery {
     pub(crate) fn receive_content(&mut self, data: Vec<u8>) {
         self.data.extend(data);
     }
+
+    /// Makes room for the body size the content header announced, so that receiving a large
+    /// body allocates it once instead of doubling (and copying) its buffer as frames arrive.
+    /// Capped at RabbitMQ's own ceiling for a message body.
+    pub(crate) fn reserve_body(&mut self, size: crate::types::PayloadSize) {
+        const MAX_RESERVE: crate::types::PayloadSize = 512 << 20;
+        let size = usize::try_from(size.min(MAX_RESERVE)).unwrap_or(0);
+        self.data.reserve_exact(size.saturating_sub(self.data.len()));
+    }
 }
 
 impl Deref for Delivery {
