@@ -68,6 +68,9 @@ pub fn describe(err: &lapin::Error) -> String {
     }
 }
 
+/// AMQP delivery mode 2: every message the host publishes survives a broker restart.
+pub const PERSISTENT: u8 = 2;
+
 /// True for an error that closed a channel but not the connection (RabbitMQ's soft errors:
 /// NOT_FOUND, ACCESS_REFUSED, PRECONDITION_FAILED, RESOURCE_LOCKED, ...).
 pub fn is_channel_error(err: &lapin::Error) -> bool {
@@ -107,6 +110,14 @@ pub enum PublishError {
 }
 
 impl PublishError {
+    /// The broker's 404: the exchange (or, for our own routes, a queue) is missing.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            PublishError::ChannelClosed { text, .. } => text.starts_with("NOT_FOUND"),
+            _ => false,
+        }
+    }
+
     fn from_lapin(exchange: &str, err: &lapin::Error) -> PublishError {
         let exchange = exchange.to_string();
         let text = describe(err);
@@ -156,6 +167,28 @@ pub async fn publish_confirmed(
     }
 }
 
+/// Whether `exchange` exists, asked with a passive declare on a throwaway channel (a missing
+/// one closes it, so no channel in use is affected).
+pub async fn exchange_exists(conn: &Connection, exchange: &str) -> Result<bool, lapin::Error> {
+    let probe = conn.create_channel().await?;
+    let passive = ExchangeDeclareOptions {
+        passive: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    let kind = ExchangeKind::Topic; // Ignored by a passive declare.
+    match probe
+        .exchange_declare(exchange.into(), kind, passive, FieldTable::default())
+        .await
+    {
+        Ok(()) => {
+            let _ = probe.close(200, "checked".into()).await;
+            Ok(true)
+        }
+        Err(err) if is_not_found(&err) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
 /// Opens a channel in confirm mode.
 pub async fn confirm_channel(conn: &Connection) -> Result<Channel, lapin::Error> {
     let channel = conn.create_channel().await?;
@@ -199,33 +232,16 @@ impl Publisher {
         if exchange.is_empty() || self.known().contains(exchange) {
             return Ok(());
         }
-        // Opening the probe can fail with another channel's error: never this message's fault.
-        let probe = self
-            .conn
-            .create_channel()
-            .await
-            .map_err(|e| PublishError::Broken {
-                exchange: exchange.to_string(),
-                text: format!("cannot open a channel: {}", describe(&e)),
-            })?;
-        let passive = ExchangeDeclareOptions {
-            passive: true,
-            ..ExchangeDeclareOptions::default()
-        };
-        let kind = ExchangeKind::Topic; // Ignored by a passive declare.
-        match probe
-            .exchange_declare(exchange.into(), kind, passive, FieldTable::default())
-            .await
-        {
-            Ok(()) => {
-                let _ = probe.close(200, "checked".into()).await;
+        match exchange_exists(&self.conn, exchange).await {
+            Ok(true) => {
                 self.known().insert(exchange.to_string());
                 Ok(())
             }
-            Err(err) if is_not_found(&err) => Err(PublishError::ChannelClosed {
+            Ok(false) => Err(PublishError::ChannelClosed {
                 exchange: exchange.to_string(),
-                text: describe(&err),
+                text: format!("NOT_FOUND - no exchange '{exchange}'"),
             }),
+            // Opening the probe can fail with another channel's error: not this message's fault.
             Err(err) => Err(PublishError::Broken {
                 exchange: exchange.to_string(),
                 text: describe(&err),
@@ -244,7 +260,7 @@ impl Publisher {
     }
 
     /// The connection it publishes on.
-    pub fn connection(&self) -> &Arc<Connection> {
+    pub fn conn(&self) -> &Connection {
         &self.conn
     }
 

@@ -19,15 +19,13 @@ use anyhow::Context as _;
 use lapin::types::AMQPValue;
 use lapin::{BasicProperties, Channel, Connection};
 
-use crate::broker::publish_confirmed;
+use crate::broker::{PERSISTENT, publish_confirmed};
 
 pub use crate::topology::delay_levels::{
-    DEFAULT_LEVELS, DEFAULT_PREFIX, DUE_HEADER, DelayError, Delayer, ERROR_HEADER, EXCHANGE_HEADER,
+    DEFAULT_PREFIX, DUE_HEADER, DelayError, Delayer, ERROR_HEADER, EXCHANGE_HEADER,
     FRACTION_BITS, GRANULARITY, MAX_LEVELS, ROUTING_KEY_HEADER,
 };
 
-/// Persistent delivery mode.
-const PERSISTENT: u8 = 2;
 
 impl Delayer {
     /// Declares [`Delayer::plan`] (idempotent; an inequivalent existing queue is named with

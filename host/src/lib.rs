@@ -1,20 +1,22 @@
 //! worker-host: RabbitMQ consumers as sandboxed WebAssembly plugins.
 
-pub mod admin;
-pub mod broker;
+mod admin;
+mod broker;
 pub mod cli;
 pub mod commands;
 pub mod config;
-pub mod consumer;
+mod consumer;
 pub mod delay;
 pub mod descriptors;
 pub mod failed;
-pub mod metrics;
+#[cfg(test)]
+mod layers;
+mod metrics;
 pub mod outcome;
 pub mod plugin;
 mod poison;
-pub mod reload;
-pub mod scaffold;
+mod reload;
+mod scaffold;
 pub mod service;
 mod stdout;
 pub mod topology;

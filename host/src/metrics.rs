@@ -37,6 +37,15 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 4.0, 10))
 }
 
+/// How a message was settled: the `outcome` label of `worker_messages_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    Ok,
+    Retry,
+    Fail,
+    RetriesExhausted,
+}
+
 /// What the plugin reloader reports at scrape time.
 pub struct PluginReport {
     /// Reloads by result (`ok`, `failed`, `unchanged`), counted since start.
@@ -321,23 +330,23 @@ impl QueueMetrics {
 
     /// A message was settled with `outcome` (`ok`, `retry`, `fail`, `retries-exhausted`) after
     /// a call of `elapsed` (None: settled without a handler call).
-    pub fn handled(&self, outcome: &str, elapsed: Option<Duration>) {
+    pub fn handled(&self, outcome: Settled, elapsed: Option<Duration>) {
         if let Some(elapsed) = elapsed {
             self.duration.observe(elapsed.as_secs_f64());
         }
         match outcome {
-            "ok" => {
+            Settled::Ok => {
                 self.ok.inc();
             }
-            "retry" => {
+            Settled::Retry => {
                 self.retry.inc();
                 self.retries.inc();
             }
-            "fail" => {
+            Settled::Fail => {
                 self.fail.inc();
                 self.failed.inc();
             }
-            _ => {
+            Settled::RetriesExhausted => {
                 self.exhausted.inc();
                 self.failed.inc();
             }

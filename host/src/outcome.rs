@@ -115,7 +115,7 @@ pub fn calls_made(headers: Option<&FieldTable>, queue: &str) -> u32 {
             continue;
         };
         let death = death.inner();
-        let is_retry_queue = death.get("queue").and_then(as_text).is_some_and(|q| {
+        let is_retry_queue = death.get("queue").and_then(text_of).is_some_and(|q| {
             q == retry_prefix
                 || q.strip_prefix(retry_prefix.as_str())
                     .is_some_and(|rest| rest.starts_with('.'))
@@ -131,8 +131,8 @@ pub fn calls_made(headers: Option<&FieldTable>, queue: &str) -> u32 {
 pub fn original_routing_key(headers: Option<&FieldTable>, routing_key: &str) -> String {
     headers
         .and_then(|h| h.inner().get(ORIG_ROUTING_KEY))
-        .and_then(as_text)
-        .unwrap_or_else(|| routing_key.to_string())
+        .and_then(text_of)
+        .map_or_else(|| routing_key.to_string(), str::to_string)
 }
 
 /// What the host records about the call that led to a republish.
@@ -253,10 +253,11 @@ pub fn to_json(value: &AMQPValue) -> serde_json::Value {
     }
 }
 
-fn as_text(value: &AMQPValue) -> Option<String> {
+/// A string header value (long or short string) as text.
+pub fn text_of(value: &AMQPValue) -> Option<&str> {
     match value {
-        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
+        AMQPValue::ShortString(s) => Some(s.as_str()),
         _ => None,
     }
 }

@@ -19,7 +19,7 @@ use crate::plugin::{LoadError, Plugin, Runtime};
 
 mod watch;
 
-pub use watch::{Watcher, watch};
+pub use watch::watch;
 
 /// Why a changed plugin file was not swapped in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

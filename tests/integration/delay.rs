@@ -59,7 +59,7 @@ async fn mover_forever(delayer: Delayer, cancel: CancellationToken) {
     while !cancel.is_cancelled() {
         let url = common::broker_url();
         let conn = match Connection::connect(&url, lapin::ConnectionProperties::default()).await {
-            Ok(conn) => conn,
+            Ok(conn) => std::sync::Arc::new(conn),
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;

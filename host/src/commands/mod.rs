@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use lapin::BasicProperties;
-use lapin::options::ConfirmSelectOptions;
 use lapin::types::FieldTable;
 
 use crate::broker;
@@ -108,7 +107,7 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
     let mut props = BasicProperties::default()
-        .with_delivery_mode(2)
+        .with_delivery_mode(broker::PERSISTENT)
         .with_message_id(message_id.as_str().into())
         .with_headers(headers)
         .with_timestamp(
@@ -131,10 +130,7 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
         None => None,
     };
     let conn = broker::connect_once(&config.broker.urls, "worker-host publish").await?;
-    let channel = Arc::new(conn.create_channel().await?);
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await?;
+    let channel = Arc::new(broker::confirm_channel(&conn).await?);
     let published = match delayed {
         // Only the entry into the delay levels can be checked now (mandatory there); where the
         // message goes at its due time is decided then (docs/delay.md).

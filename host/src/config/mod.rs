@@ -249,12 +249,4 @@ impl Config {
     pub fn subscription(&self, queue: &str) -> Option<&Subscription> {
         self.subscriptions.iter().find(|s| s.queue == queue)
     }
-
-    /// Whether this file declares `exchange` (master, retry, failed or an `[[exchange]]`).
-    pub fn declares_exchange(&self, exchange: &str) -> bool {
-        exchange == self.exchanges.master
-            || exchange == self.exchanges.retry
-            || exchange == self.exchanges.failed
-            || self.exchanges_extra.iter().any(|e| e.name == exchange)
-    }
 }

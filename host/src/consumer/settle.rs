@@ -16,13 +16,11 @@ use tracing::{debug, error, warn};
 use super::acks::Acks;
 use super::delivery::{ChannelDeath, Received, identity};
 use super::{Link, Subscriber};
-use crate::broker::{self, PublishError};
+use crate::broker::{self, PERSISTENT, PublishError};
+use crate::metrics::Settled;
 use crate::outcome::{self, Decision, FailedReason, Stamp};
 use crate::plugin::{Input, Plugin, Publish};
 use crate::poison;
-
-/// Persistent delivery mode.
-const PERSISTENT: u8 = 2;
 
 /// The consumer's side of one handler task.
 pub(super) struct Call<'a> {
@@ -231,7 +229,7 @@ impl Subscriber {
         };
         // Acked soon, possibly with others (see `acks`); never before this point.
         call.acks.settled(received.tag);
-        self.metrics.handled(decision_name(&decision), elapsed);
+        self.metrics.handled(settled_as(&decision), elapsed);
         match &decision {
             Decision::Ack => debug!(queue, message_id, attempt, "handled"),
             Decision::Retry { retry, cause } => {
@@ -353,7 +351,7 @@ async fn republish(
         };
         let missing = match &err {
             PublishError::Unroutable { .. } => true,
-            PublishError::ChannelClosed { text, .. } => text.contains("NOT_FOUND"),
+            PublishError::ChannelClosed { .. } => err.is_not_found(),
             _ => return Err(err),
         };
         if tried_again {
@@ -376,10 +374,17 @@ fn republished(properties: &BasicProperties, stamp: &Stamp<'_>) -> BasicProperti
         .with_delivery_mode(PERSISTENT)
 }
 
-fn decision_name(decision: &Decision) -> &'static str {
+fn settled_as(decision: &Decision) -> Settled {
     match decision {
-        Decision::Ack => "ok",
-        Decision::Retry { .. } => "retry",
-        Decision::Park { reason, .. } => reason.as_str(),
+        Decision::Ack => Settled::Ok,
+        Decision::Retry { .. } => Settled::Retry,
+        Decision::Park {
+            reason: FailedReason::Fail,
+            ..
+        } => Settled::Fail,
+        Decision::Park {
+            reason: FailedReason::RetriesExhausted,
+            ..
+        } => Settled::RetriesExhausted,
     }
 }

@@ -1,6 +1,7 @@
 //! The mover: consumes the ready queue and republishes each due message to the exchange and
 //! routing key it was published for, confirmed before the ack.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -8,17 +9,15 @@ use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
-    ConfirmSelectOptions, ExchangeDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldArray, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
-use tokio::sync::Mutex;
+use lapin::{BasicProperties, Connection};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
 use super::{DUE_HEADER, Delayer, ERROR_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER, now_ms};
-use crate::broker::publish_confirmed;
-use crate::outcome;
+use crate::broker::{self, PERSISTENT, Publisher};
+use crate::outcome::{self, text_of};
 
 /// Due messages taken at once: their republishes overlap.
 const PREFETCH: u16 = 64;
@@ -33,35 +32,6 @@ const DEATH_SUMMARY: [&str; 6] = [
     "x-last-death-exchange",
 ];
 
-/// A confirm-mode channel that is replaced when the broker closes it (a publish to a missing
-/// exchange does that).
-struct Publisher<'c> {
-    conn: &'c Connection,
-    channel: Mutex<Channel>,
-}
-
-impl Publisher<'_> {
-    async fn open(conn: &Connection) -> anyhow::Result<Channel> {
-        let channel = conn
-            .create_channel()
-            .await
-            .context("opening the mover's publisher channel")?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .context("enabling publisher confirms")?;
-        Ok(channel)
-    }
-
-    async fn current(&self) -> anyhow::Result<Channel> {
-        let mut channel = self.channel.lock().await;
-        if !channel.status().connected() {
-            *channel = Self::open(self.conn).await?;
-        }
-        Ok(channel.clone())
-    }
-}
-
 impl Delayer {
     /// Delivers due messages until `cancel` fires (Ok) or the connection fails (Err). Each is
     /// republished, persistent and confirmed, to its original exchange with its original
@@ -71,7 +41,7 @@ impl Delayer {
     /// message it took is settled.
     pub async fn run_mover(
         &self,
-        conn: &Connection,
+        conn: &Arc<Connection>,
         cancel: CancellationToken,
     ) -> anyhow::Result<()> {
         let ready = self.ready();
@@ -83,10 +53,7 @@ impl Delayer {
             .basic_qos(PREFETCH, BasicQosOptions::default())
             .await
             .context("setting the mover's prefetch")?;
-        let publisher = Publisher {
-            conn,
-            channel: Mutex::new(Publisher::open(conn).await?),
-        };
+        let publisher = Publisher::new(conn.clone());
         let deliveries = channel
             .basic_consume(
                 ready.as_str().into(),
@@ -132,19 +99,14 @@ impl Delayer {
                 .await;
         }
         let _ = channel.close(200, "bye".into()).await;
-        let _ = publisher
-            .channel
-            .lock()
-            .await
-            .close(200, "bye".into())
-            .await;
+        publisher.close().await;
         result
     }
 
     /// [`Delayer::run_mover`] for the life of `conn`: restarted a second after it fails while
     /// the connection is up; returns when `cancel` fires or the connection is gone (the
     /// service reconnects and calls it again).
-    pub async fn mover_loop(&self, conn: &Connection, cancel: CancellationToken) {
+    pub async fn mover_loop(&self, conn: &Arc<Connection>, cancel: CancellationToken) {
         loop {
             match self.run_mover(conn, cancel.clone()).await {
                 Ok(()) => return,
@@ -162,7 +124,7 @@ impl Delayer {
     }
 
     /// Delivers one due message and settles it. Never fails: problems are logged.
-    async fn move_one(&self, delivery: Delivery, publisher: &Publisher<'_>) {
+    async fn move_one(&self, delivery: Delivery, publisher: &Publisher) {
         let Delivery {
             properties,
             data,
@@ -237,20 +199,22 @@ impl Delayer {
     /// to be missing, parks the message as `received` (delay headers kept for diagnosis).
     async fn deliver(
         &self,
-        publisher: &Publisher<'_>,
+        publisher: &Publisher,
         exchange: &str,
         key: &str,
         body: &[u8],
         props: BasicProperties,
         received: &BasicProperties,
     ) -> anyhow::Result<()> {
-        let channel = publisher.current().await?;
         // Not mandatory: at its due time a delayed message behaves like a plain publish.
-        let err = match publish_confirmed(&channel, exchange, key, body, props, false).await {
+        let err = match publisher.publish(exchange, key, body, props, false).await {
             Ok(()) => return Ok(()),
             Err(err) => err,
         };
-        if exchange.is_empty() || exchange_exists(publisher.conn, exchange).await? {
+        let exists = broker::exchange_exists(publisher.conn(), exchange)
+            .await
+            .with_context(|| format!("checking exchange {exchange}"))?;
+        if exchange.is_empty() || exists {
             return Err(err.into());
         }
         warn!(
@@ -266,51 +230,22 @@ impl Delayer {
     /// Puts a message the mover cannot deliver into the dead queue, with its headers and why.
     async fn park(
         &self,
-        publisher: &Publisher<'_>,
+        publisher: &Publisher,
         props: &BasicProperties,
         body: &[u8],
         why: &str,
     ) -> anyhow::Result<()> {
         let mut headers = props.headers().clone().unwrap_or_default();
         headers.insert(ERROR_HEADER.into(), outcome::text(why));
-        let props = props.clone().with_headers(headers).with_delivery_mode(2);
-        let channel = publisher.current().await?;
+        let props = props
+            .clone()
+            .with_headers(headers)
+            .with_delivery_mode(PERSISTENT);
         let dead = self.dead();
-        publish_confirmed(&channel, "", &dead, body, props, true)
+        publisher
+            .publish("", &dead, body, props, true)
             .await
             .with_context(|| format!("parking a delayed message in {dead}"))
-    }
-}
-
-/// Whether `exchange` exists, asked on a throwaway channel (a missing one closes it).
-async fn exchange_exists(conn: &Connection, exchange: &str) -> anyhow::Result<bool> {
-    let probe = conn
-        .create_channel()
-        .await
-        .context("opening a probe channel")?;
-    let passive = ExchangeDeclareOptions {
-        passive: true,
-        ..ExchangeDeclareOptions::default()
-    };
-    let found = probe
-        .exchange_declare(
-            exchange.into(),
-            ExchangeKind::Topic,
-            passive,
-            FieldTable::default(),
-        )
-        .await;
-    match found {
-        Ok(()) => {
-            let _ = probe.close(200, "probed".into()).await;
-            Ok(true)
-        }
-        Err(err)
-            if err.to_string().contains("NOT_FOUND") || err.to_string().contains("NOT-FOUND") =>
-        {
-            Ok(false)
-        }
-        Err(err) => Err(anyhow::Error::new(err).context(format!("checking exchange {exchange}"))),
     }
 }
 
@@ -319,7 +254,7 @@ async fn exchange_exists(conn: &Connection, exchange: &str) -> anyhow::Result<bo
 /// summaries) dropped, so the consumer sees the message as published. Persistent.
 pub(crate) fn restored(properties: &BasicProperties, prefix: &str) -> BasicProperties {
     let Some(original) = properties.headers().as_ref() else {
-        return properties.clone().with_delivery_mode(2);
+        return properties.clone().with_delivery_mode(PERSISTENT);
     };
     let is_delay_queue = |v: &AMQPValue| {
         text_of(v).is_some_and(|q| {
@@ -370,15 +305,7 @@ pub(crate) fn restored(properties: &BasicProperties, prefix: &str) -> BasicPrope
     properties
         .clone()
         .with_headers(headers)
-        .with_delivery_mode(2)
-}
-
-fn text_of(value: &AMQPValue) -> Option<&str> {
-    match value {
-        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
-        AMQPValue::ShortString(s) => Some(s.as_str()),
-        _ => None,
-    }
+        .with_delivery_mode(PERSISTENT)
 }
 
 fn header_text(headers: Option<&FieldTable>, name: &str) -> Option<String> {

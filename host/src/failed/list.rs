@@ -116,7 +116,7 @@ mod tests {
         let props = BasicProperties::default()
             .with_message_id("m".into())
             .with_type("order".into())
-            .with_delivery_mode(2)
+            .with_delivery_mode(crate::broker::PERSISTENT)
             .with_timestamp(7);
         assert_eq!(
             Value::Object(properties(&props)),

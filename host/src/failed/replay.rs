@@ -2,14 +2,14 @@
 
 use anyhow::Context as _;
 use futures_util::future::join_all;
-use lapin::options::{BasicAckOptions, ConfirmSelectOptions};
+use lapin::options::BasicAckOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Connection};
 
 use super::Report;
 use super::select::{Picked, Selection, Walk};
 use crate::broker;
-use crate::broker::{PublishError, publish_confirmed};
+use crate::broker::{PERSISTENT, PublishError, publish_confirmed};
 use crate::config::Config;
 use crate::outcome;
 
@@ -37,11 +37,9 @@ async fn replay_on(
     selection: &Selection,
 ) -> anyhow::Result<Report> {
     let mut walk = Walk::open(conn, failed, selection).await?;
-    let publisher = conn.create_channel().await.context("opening a channel")?;
-    publisher
-        .confirm_select(ConfirmSelectOptions::default())
+    let publisher = broker::confirm_channel(conn)
         .await
-        .context("enabling publisher confirms")?;
+        .context("opening a publisher channel")?;
     let mut done = 0u64;
     loop {
         let batch = match next_batch(&mut walk).await {
@@ -162,7 +160,7 @@ fn replayed(properties: &BasicProperties) -> BasicProperties {
     properties
         .clone()
         .with_headers(headers)
-        .with_delivery_mode(2)
+        .with_delivery_mode(PERSISTENT)
 }
 
 /// Headers the broker writes when it dead-letters; they are never sent back to it.

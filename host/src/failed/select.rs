@@ -173,9 +173,7 @@ async fn count(conn: &Connection, queue: &str) -> anyhow::Result<u64> {
             let _ = channel.close(200, "counted".into()).await;
             Ok(u64::from(q.message_count()))
         }
-        Err(err)
-            if err.to_string().contains("NOT_FOUND") || err.to_string().contains("NOT-FOUND") =>
-        {
+        Err(err) if crate::broker::is_not_found(&err) => {
             Err(FailedError::Missing {
                 queue: queue.to_string(),
             }

@@ -200,10 +200,6 @@ impl Runtime {
             slots: self.inner.slots.clone(),
         }))
     }
-
-    pub fn engine(&self) -> &Engine {
-        &self.inner.engine
-    }
 }
 
 /// Advances the epoch until the engine is gone; holds only a weak handle so

@@ -10,8 +10,6 @@ use crate::config::{Config, DelayConfig, ExchangeType};
 
 /// Default name prefix of everything the delay topology declares.
 pub const DEFAULT_PREFIX: &str = "worker.delay";
-/// Whole-second levels used when `[delay]` gives no `levels`.
-pub const DEFAULT_LEVELS: u8 = 28;
 /// The most whole-second levels: the top queue's TTL, 2^(levels-1) s, must stay within the 10
 /// years RabbitMQ accepts for `x-message-ttl`.
 pub const MAX_LEVELS: u8 = 29;
@@ -87,11 +85,6 @@ impl Delayer {
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Delayer {
         self.prefix = prefix.into();
         self
-    }
-
-    /// Whole-second levels.
-    pub fn levels(&self) -> u8 {
-        self.levels
     }
 
     /// Bits of an encoded delay: one exchange and one queue each.

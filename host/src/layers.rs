@@ -1,0 +1,121 @@
+//! The layers of the crate, checked: a module may use only modules of a lower layer, so arrows
+//! point down and there are no import circles. docs/architecture.md explains each layer.
+
+/// Every top-level module and its layer, bottom (0) to top.
+const LAYERS: &[(&str, u8)] = &[
+    ("config", 0),
+    ("descriptors", 0),
+    ("scaffold", 0),
+    ("stdout", 0),
+    ("broker", 1),
+    ("metrics", 1),
+    ("plugin", 1),
+    ("outcome", 2),
+    ("poison", 3),
+    ("topology", 3),
+    ("delay", 4),
+    ("reload", 4),
+    ("consumer", 5),
+    ("failed", 5),
+    ("admin", 6),
+    ("service", 7),
+    ("cli", 8),
+    ("commands", 9),
+];
+
+/// The largest a source file may grow before it is split.
+const MAX_LINES: usize = 500;
+
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    use super::{LAYERS, MAX_LINES};
+
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read host/src") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    fn src() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    }
+
+    fn layer(module: &str) -> Option<u8> {
+        LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
+    }
+
+    /// The top-level modules a file's code (not its comments) names as `crate::<module>`.
+    fn uses(text: &str) -> BTreeSet<String> {
+        let mut found = BTreeSet::new();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or("");
+            for (i, _) in code.match_indices("crate::") {
+                let rest = &code[i + "crate::".len()..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    found.insert(name);
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn modules_only_use_lower_layers() {
+        let root = src();
+        let mut files = Vec::new();
+        sources(&root, &mut files);
+        let mut wrong = Vec::new();
+        for file in &files {
+            let rel = file.strip_prefix(&root).expect("under src");
+            let first = rel.components().next().expect("a component");
+            let module = first.as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
+            if module == "lib" || module == "main" || module == "layers" {
+                continue;
+            }
+            let Some(own) = layer(&module) else {
+                wrong.push(format!("{module} has no layer in layers.rs"));
+                continue;
+            };
+            let text = std::fs::read_to_string(file).expect("read source");
+            for used in uses(&text) {
+                if used == module {
+                    continue;
+                }
+                match layer(&used) {
+                    Some(l) if l < own => {}
+                    Some(l) => wrong.push(format!(
+                        "{} (layer {own}) uses crate::{used} (layer {l})",
+                        rel.display()
+                    )),
+                    None => {} // A crate-root item such as `crate::exit_code`.
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "arrows must point down:\n{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn no_source_file_is_over_the_limit() {
+        let mut files = Vec::new();
+        sources(&src(), &mut files);
+        let long: Vec<String> = files
+            .iter()
+            .filter_map(|f| {
+                let lines = std::fs::read_to_string(f).ok()?.lines().count();
+                (lines > MAX_LINES).then(|| format!("{} ({lines} lines)", f.display()))
+            })
+            .collect();
+        assert!(long.is_empty(), "split these files:\n{}", long.join("\n"));
+    }
+}
