@@ -290,20 +290,13 @@ impl Publisher {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Publishes on the shared channel (see [`publish_confirmed`]).
-    pub async fn publish(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        body: &[u8],
-        properties: BasicProperties,
-        mandatory: bool,
-    ) -> Result<(), PublishError> {
-        let channel = self.channel().await.map_err(|e| PublishError::Broken {
-            exchange: exchange.to_string(),
-            text: format!("cannot open a channel: {}", describe(&e)),
-        })?;
-        publish_confirmed(&channel, exchange, routing_key, body, properties, mandatory).await
+    /// The open channel, as a publish error when none can be opened (for callers that go on
+    /// with [`publish_confirmed`]).
+    pub async fn confirm_channel(&self) -> Result<Channel, PublishError> {
+        self.channel().await.map_err(|e| PublishError::Broken {
+            exchange: String::new(),
+            text: format!("cannot open a publisher channel: {}", describe(&e)),
+        })
     }
 
     /// Closes the shared channel, if open.

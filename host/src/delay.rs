@@ -22,10 +22,9 @@ use lapin::{BasicProperties, Channel, Connection};
 use crate::broker::{PERSISTENT, publish_confirmed};
 
 pub use crate::topology::delay_levels::{
-    DEFAULT_PREFIX, DUE_HEADER, DelayError, Delayer, ERROR_HEADER, EXCHANGE_HEADER,
-    FRACTION_BITS, GRANULARITY, MAX_LEVELS, ROUTING_KEY_HEADER,
+    DEFAULT_PREFIX, DUE_HEADER, DelayError, Delayer, ERROR_HEADER, EXCHANGE_HEADER, FRACTION_BITS,
+    GRANULARITY, MAX_LEVELS, ROUTING_KEY_HEADER,
 };
-
 
 impl Delayer {
     /// Declares [`Delayer::plan`] (idempotent; an inequivalent existing queue is named with

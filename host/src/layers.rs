@@ -79,7 +79,11 @@ mod tests {
         for file in &files {
             let rel = file.strip_prefix(&root).expect("under src");
             let first = rel.components().next().expect("a component");
-            let module = first.as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
+            let module = first
+                .as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string();
             if module == "lib" || module == "main" || module == "layers" {
                 continue;
             }
@@ -102,7 +106,11 @@ mod tests {
                 }
             }
         }
-        assert!(wrong.is_empty(), "arrows must point down:\n{}", wrong.join("\n"));
+        assert!(
+            wrong.is_empty(),
+            "arrows must point down:\n{}",
+            wrong.join("\n")
+        );
     }
 
     #[test]

@@ -183,6 +183,16 @@ pub fn stamp_headers(original: Option<&FieldTable>, stamp: &Stamp<'_>) -> FieldT
     headers
 }
 
+/// The broker's summaries of a message's first and last dead-lettering.
+pub const DEATH_SUMMARY: [&str; 6] = [
+    "x-first-death-queue",
+    "x-first-death-reason",
+    "x-first-death-exchange",
+    "x-last-death-queue",
+    "x-last-death-reason",
+    "x-last-death-exchange",
+];
+
 /// Headers only the broker writes: `x-death` and the `x-first-death-*` / `x-last-death-*`
 /// summaries.
 pub fn broker_owned(name: &str) -> bool {
@@ -352,14 +362,7 @@ mod tests {
         h.insert("mine".into(), text("kept"));
         // Malformed on purpose: an array holding a string, not tables.
         h.insert("x-death".into(), field_array(vec![text("not a table")]));
-        for name in [
-            "x-first-death-queue",
-            "x-first-death-reason",
-            "x-first-death-exchange",
-            "x-last-death-queue",
-            "x-last-death-reason",
-            "x-last-death-exchange",
-        ] {
+        for name in DEATH_SUMMARY {
             h.insert(name.into(), text("q@retry.1s"));
         }
         h.insert("x-deathly".into(), text("not the broker's"));

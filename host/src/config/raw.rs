@@ -72,41 +72,44 @@ impl<'de> Deserialize<'de> for SocketAddrText {
     }
 }
 
-/// The per-subscription settings `[defaults]` may set.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawSettings {
-    pub exchange: Option<Spanned<Name>>,
-    pub prefetch: Option<Prefetch>,
-    pub concurrency: Option<Concurrency>,
-    pub max_retries: Option<MaxRetries>,
-    pub retry_delays: Option<Spanned<Vec<DurationText>>>,
-    pub timeout: Option<DurationText>,
-    pub memory_limit: Option<Spanned<ByteSize>>,
-    pub max_message_size: Option<Spanned<ByteSize>>,
-    pub queue_type: Option<QueueType>,
-    pub publish: Option<Vec<Spanned<Name>>>,
+/// Declares a table struct with the per-subscription settings plus its own fields. serde's
+/// `flatten` would share them, but it disables `deny_unknown_fields`.
+macro_rules! with_settings {
+    ($(#[$meta:meta])* pub struct $name:ident { $($own:tt)* }) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($own)*
+            pub exchange: Option<Spanned<Name>>,
+            pub prefetch: Option<Prefetch>,
+            pub concurrency: Option<Concurrency>,
+            pub max_retries: Option<MaxRetries>,
+            pub retry_delays: Option<Spanned<Vec<DurationText>>>,
+            pub timeout: Option<DurationText>,
+            pub memory_limit: Option<Spanned<ByteSize>>,
+            pub max_message_size: Option<Spanned<ByteSize>>,
+            pub queue_type: Option<QueueType>,
+            pub publish: Option<Vec<Spanned<Name>>>,
+        }
+    };
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawSubscription {
-    pub queue: Spanned<Name>,
-    pub plugin: Spanned<String>,
-    #[serde(default)]
-    pub bindings: Vec<RoutingKey>,
-    pub config: Option<toml::Table>,
-    // The same keys as RawSettings: serde's flatten would disable deny_unknown_fields.
-    pub exchange: Option<Spanned<Name>>,
-    pub prefetch: Option<Prefetch>,
-    pub concurrency: Option<Concurrency>,
-    pub max_retries: Option<MaxRetries>,
-    pub retry_delays: Option<Spanned<Vec<DurationText>>>,
-    pub timeout: Option<DurationText>,
-    pub memory_limit: Option<Spanned<ByteSize>>,
-    pub max_message_size: Option<Spanned<ByteSize>>,
-    pub queue_type: Option<QueueType>,
-    pub publish: Option<Vec<Spanned<Name>>>,
+with_settings! {
+    /// The per-subscription settings `[defaults]` may set.
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct RawSettings {}
+}
+
+with_settings! {
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct RawSubscription {
+        pub queue: Spanned<Name>,
+        pub plugin: Spanned<String>,
+        #[serde(default)]
+        pub bindings: Vec<RoutingKey>,
+        pub config: Option<toml::Table>,
+    }
 }
 
 #[derive(Debug, Deserialize)]

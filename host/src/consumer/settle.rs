@@ -263,12 +263,11 @@ impl Subscriber {
                 Err(err) => return Err(Blame::Broker(err)),
             }
         }
-        let shared = link.publisher.channel().await.map_err(|e| {
-            Blame::Broker(PublishError::Broken {
-                exchange: String::new(),
-                text: format!("cannot open a publisher channel: {}", broker::describe(&e)),
-            })
-        })?;
+        let shared = link
+            .publisher
+            .confirm_channel()
+            .await
+            .map_err(Blame::Broker)?;
         let sends = publishes.iter().map(|p| self.send_one(&shared, input, p));
         for result in join_all(sends).await {
             if let Err(err) = result {
@@ -341,14 +340,14 @@ async fn republish(
 ) -> Result<(), PublishError> {
     let mut tried_again = false;
     loop {
-        let err = match link
-            .publisher
-            .publish(exchange, key, body, props.clone(), true)
-            .await
-        {
-            Ok(()) => return Ok(()),
-            Err(err) => err,
-        };
+        let channel = link.publisher.confirm_channel().await?;
+        let err =
+            match broker::publish_confirmed(&channel, exchange, key, body, props.clone(), true)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(err) => err,
+            };
         let missing = match &err {
             PublishError::Unroutable { .. } => true,
             PublishError::ChannelClosed { .. } => err.is_not_found(),

@@ -17,20 +17,10 @@ use tracing::{debug, error, warn};
 
 use super::{DUE_HEADER, Delayer, ERROR_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER, now_ms};
 use crate::broker::{self, PERSISTENT, Publisher};
-use crate::outcome::{self, text_of};
+use crate::outcome::{self, DEATH_SUMMARY, text_of};
 
 /// Due messages taken at once: their republishes overlap.
 const PREFETCH: u16 = 64;
-
-/// Headers the broker adds when it dead-letters, dropped when they only describe delay hops.
-const DEATH_SUMMARY: [&str; 6] = [
-    "x-first-death-queue",
-    "x-first-death-reason",
-    "x-first-death-exchange",
-    "x-last-death-queue",
-    "x-last-death-reason",
-    "x-last-death-exchange",
-];
 
 impl Delayer {
     /// Delivers due messages until `cancel` fires (Ok) or the connection fails (Err). Each is
@@ -207,7 +197,9 @@ impl Delayer {
         received: &BasicProperties,
     ) -> anyhow::Result<()> {
         // Not mandatory: at its due time a delayed message behaves like a plain publish.
-        let err = match publisher.publish(exchange, key, body, props, false).await {
+        let channel = publisher.confirm_channel().await?;
+        let err = match broker::publish_confirmed(&channel, exchange, key, body, props, false).await
+        {
             Ok(()) => return Ok(()),
             Err(err) => err,
         };
@@ -242,8 +234,8 @@ impl Delayer {
             .with_headers(headers)
             .with_delivery_mode(PERSISTENT);
         let dead = self.dead();
-        publisher
-            .publish("", &dead, body, props, true)
+        let channel = publisher.confirm_channel().await?;
+        broker::publish_confirmed(&channel, "", &dead, body, props, true)
             .await
             .with_context(|| format!("parking a delayed message in {dead}"))
     }

@@ -152,7 +152,7 @@ fn replayed(properties: &BasicProperties) -> BasicProperties {
         .map(|h| h.inner().iter())
         .into_iter()
         .flatten()
-        .filter(|(name, _)| !broker_owned(name.as_str()))
+        .filter(|(name, _)| !outcome::broker_owned(name.as_str()))
         .map(|(name, value)| (name.clone(), value.clone()))
         .collect();
     let mut headers = FieldTable::from(kept);
@@ -161,11 +161,6 @@ fn replayed(properties: &BasicProperties) -> BasicProperties {
         .clone()
         .with_headers(headers)
         .with_delivery_mode(PERSISTENT)
-}
-
-/// Headers the broker writes when it dead-letters; they are never sent back to it.
-fn broker_owned(name: &str) -> bool {
-    name == "x-death" || name.starts_with("x-first-death-") || name.starts_with("x-last-death-")
 }
 
 #[cfg(test)]

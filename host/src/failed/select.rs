@@ -173,12 +173,10 @@ async fn count(conn: &Connection, queue: &str) -> anyhow::Result<u64> {
             let _ = channel.close(200, "counted".into()).await;
             Ok(u64::from(q.message_count()))
         }
-        Err(err) if crate::broker::is_not_found(&err) => {
-            Err(FailedError::Missing {
-                queue: queue.to_string(),
-            }
-            .into())
+        Err(err) if crate::broker::is_not_found(&err) => Err(FailedError::Missing {
+            queue: queue.to_string(),
         }
+        .into()),
         Err(err) => Err(anyhow::Error::new(err).context(format!("reading the depth of {queue}"))),
     }
 }
