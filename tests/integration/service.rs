@@ -429,7 +429,7 @@ async fn a_slow_message_does_not_hold_back_the_acks_of_the_others() {
     let n = Names::new("slowhead");
     let dir = config_dir(&n.toml(
         None,
-        "prefetch = 50\nconcurrency = 4\ntimeout = \"10s\"\nmax_retries = 0",
+        "prefetch = 50\nconcurrency = 4\ntimeout = \"60s\"\nmax_retries = 0",
     ));
     declare(dir.path()).await;
     let conn = common::connect().await;
@@ -446,7 +446,7 @@ async fn a_slow_message_does_not_hold_back_the_acks_of_the_others() {
     // While the slow call still runs, the broker must see only it unacknowledged.
     let q = n.q();
     let unacked = common::eventually(
-        Duration::from_secs(8),
+        Duration::from_secs(30),
         "only the slow message unacked",
         || async {
             let out = rabbitmqctl(&[
