@@ -174,10 +174,6 @@ impl Checker<'_> {
     }
 
     fn broker(&mut self, raw: &RawConfig, env_url: Option<&str>) -> Broker {
-        let (url, urls) = match &raw.broker {
-            Some(b) => (b.url.as_ref(), b.urls.as_ref()),
-            None => (None, None),
-        };
         // DurationText refuses zero in the first pass.
         let duration = |d: Option<&Spanned<DurationText>>, default| {
             d.map_or(default, |d| d.get_ref().duration)
@@ -192,6 +188,20 @@ impl Checker<'_> {
                 .and_then(|b| b.shutdown_timeout.as_ref()),
             DEFAULT_SHUTDOWN_TIMEOUT,
         );
+        Broker {
+            urls: self.broker_urls(raw, env_url),
+            topology_check,
+            shutdown_timeout,
+        }
+    }
+
+    /// The broker URLs: `url` or `urls` from the file, checked even when the environment
+    /// variable overrides them, so a file that is wrong says so before it is relied on.
+    fn broker_urls(&mut self, raw: &RawConfig, env_url: Option<&str>) -> Vec<String> {
+        let (url, urls) = match &raw.broker {
+            Some(b) => (b.url.as_ref(), b.urls.as_ref()),
+            None => (None, None),
+        };
         if let (Some(_), Some(urls)) = (url, urls) {
             self.error(
                 Some(urls.span()),
@@ -210,13 +220,9 @@ impl Checker<'_> {
             if let Err(err) = super::units::BrokerUrl::check(env) {
                 self.error(None, format!("{}: {err}", super::BROKER_URL_ENV));
             }
-            return Broker {
-                urls: vec![env.to_string()],
-                topology_check,
-                shutdown_timeout,
-            };
+            return vec![env.to_string()];
         }
-        let urls: Vec<String> = match (url, urls) {
+        match (url, urls) {
             (Some(url), _) => vec![url.get_ref().0.clone()],
             (None, Some(urls)) => urls.get_ref().iter().map(|u| u.0.clone()).collect(),
             (None, None) => {
@@ -229,11 +235,6 @@ impl Checker<'_> {
                 );
                 Vec::new()
             }
-        };
-        Broker {
-            urls,
-            topology_check,
-            shutdown_timeout,
         }
     }
 

@@ -3,6 +3,8 @@
 use super::*;
 
 impl Checker<'_> {
+    /// One `[[subscription]]`, each setting taken from the table or else `[defaults]`; every
+    /// problem is recorded and a value returned anyway, so one pass reports them all.
     pub(super) fn subscription(
         &mut self,
         sub: &RawSubscription,
@@ -12,10 +14,50 @@ impl Checker<'_> {
         declared: &dyn Fn(&str) -> bool,
     ) -> Subscription {
         let queue = sub.queue.get_ref().0.clone();
-        let queue_span = Some(sub.queue.span());
         self.check_declarable(&sub.queue, "subscription queue");
+        let (plugin, plugin_path) = self.plugin_file(sub, plugins);
+        let exchange = self.subscription_exchange(sub, defaults, exchanges, declared);
+        let bindings = self.bindings(sub, &queue, exchanges);
+        let (retry_delays, max_retries) = self.retries(sub, defaults, &queue);
+        let memory_limit = self.memory_limit(sub, defaults);
+        let max_message_size = self.max_message_size(sub, defaults);
+        let publish = self.publish_exchanges(sub, defaults, &queue, declared);
 
-        // The plugin: a file name inside plugins.dir.
+        Subscription {
+            queue,
+            plugin,
+            plugin_path,
+            exchange,
+            bindings,
+            prefetch: sub
+                .prefetch
+                .or(defaults.prefetch)
+                .map_or(DEFAULT_PREFETCH, |p| p.0),
+            concurrency: sub
+                .concurrency
+                .or(defaults.concurrency)
+                .map_or(DEFAULT_CONCURRENCY, |c| c.0),
+            max_retries,
+            retry_delays,
+            timeout: sub
+                .timeout
+                .as_ref()
+                .or(defaults.timeout.as_ref())
+                .map_or(DEFAULT_TIMEOUT, |t| t.duration),
+            memory_limit,
+            max_message_size,
+            queue_type: sub.queue_type.or(defaults.queue_type).unwrap_or_default(),
+            publish,
+            config: sub.config.as_ref().map_or_else(
+                || serde_json::Value::Object(Default::default()),
+                |t| toml_to_json(toml::Value::Table(t.clone())),
+            ),
+        }
+    }
+
+    /// The plugin: a bare `.wasm` file name inside plugins.dir, so a config cannot point the
+    /// host at an arbitrary file. Returns the name and its path.
+    fn plugin_file(&mut self, sub: &RawSubscription, plugins: &Plugins) -> (String, PathBuf) {
         let plugin = sub.plugin.get_ref().clone();
         let plugin_span = Some(sub.plugin.span());
         let plugin_path = plugins.dir.join(&plugin);
@@ -37,20 +79,23 @@ impl Checker<'_> {
                 ),
             );
         }
+        (plugin, plugin_path)
+    }
 
-        let exchange = sub
-            .exchange
-            .as_ref()
-            .or(defaults.exchange.as_ref())
-            .map_or_else(|| exchanges.master.clone(), |e| e.get_ref().0.clone());
+    /// The exchange the queue is bound to: exchanges.master unless set; any other must be
+    /// declared in this file, since the host binds to it at startup.
+    fn subscription_exchange(
+        &mut self,
+        sub: &RawSubscription,
+        defaults: &RawSettings,
+        exchanges: &Exchanges,
+        declared: &dyn Fn(&str) -> bool,
+    ) -> String {
+        let set = sub.exchange.as_ref().or(defaults.exchange.as_ref());
+        let exchange = set.map_or_else(|| exchanges.master.clone(), |e| e.get_ref().0.clone());
         if exchange != exchanges.master && !declared(&exchange) {
-            let span = sub
-                .exchange
-                .as_ref()
-                .or(defaults.exchange.as_ref())
-                .map(|e| e.span());
             self.error(
-                span,
+                set.map(|e| e.span()),
                 format!(
                     "exchange \"{exchange}\" is neither exchanges.master (\"{}\") nor declared \
                      in an [[exchange]] table",
@@ -58,11 +103,21 @@ impl Checker<'_> {
                 ),
             );
         }
+        exchange
+    }
 
+    /// The binding keys; none is allowed but worth a warning, as the queue then only sees
+    /// messages addressed to its own name.
+    fn bindings(
+        &mut self,
+        sub: &RawSubscription,
+        queue: &str,
+        exchanges: &Exchanges,
+    ) -> Vec<String> {
         let bindings: Vec<String> = sub.bindings.iter().map(|k| k.0.clone()).collect();
         if bindings.is_empty() {
             self.warn(
-                queue_span.clone(),
+                Some(sub.queue.span()),
                 format!(
                     "subscription \"{queue}\" has no bindings: only messages published to \
                      \"{}\" with routing key \"{queue}\" reach it",
@@ -70,9 +125,18 @@ impl Checker<'_> {
                 ),
             );
         }
+        bindings
+    }
 
-        let retry_delays_raw = sub.retry_delays.as_ref().or(defaults.retry_delays.as_ref());
-        let retry_delays: Vec<RetryDelay> = match retry_delays_raw {
+    /// The retry delays and max_retries. Each delay becomes a queue TTL, so RabbitMQ's TTL
+    /// ceiling applies; delays beyond max_retries are warned about, as they are never used.
+    fn retries(
+        &mut self,
+        sub: &RawSubscription,
+        defaults: &RawSettings,
+        queue: &str,
+    ) -> (Vec<RetryDelay>, u32) {
+        let retry_delays = match sub.retry_delays.as_ref().or(defaults.retry_delays.as_ref()) {
             Some(list) => {
                 if list.get_ref().is_empty() {
                     self.error(
@@ -106,40 +170,60 @@ impl Checker<'_> {
                 ),
             );
         }
+        (retry_delays, max_retries)
+    }
 
-        let memory_limit = sub.memory_limit.as_ref().or(defaults.memory_limit.as_ref());
-        if let Some(limit) = memory_limit {
-            let bytes = limit.get_ref().0;
-            if !(MIN_MEMORY_LIMIT..=MAX_MEMORY_LIMIT).contains(&bytes) {
-                self.error(
-                    Some(limit.span()),
-                    format!(
-                        "expected memory_limit between 64KiB and 4GiB (a wasm32 plugin's \
-                         address space), got {bytes} bytes"
-                    ),
-                );
-            }
+    /// memory_limit in bytes: at least one wasm page, at most what a wasm32 module can address.
+    fn memory_limit(&mut self, sub: &RawSubscription, defaults: &RawSettings) -> u64 {
+        let Some(limit) = sub.memory_limit.as_ref().or(defaults.memory_limit.as_ref()) else {
+            return DEFAULT_MEMORY_LIMIT;
+        };
+        let bytes = limit.get_ref().0;
+        if !(MIN_MEMORY_LIMIT..=MAX_MEMORY_LIMIT).contains(&bytes) {
+            self.error(
+                Some(limit.span()),
+                format!(
+                    "expected memory_limit between 64KiB and 4GiB (a wasm32 plugin's \
+                     address space), got {bytes} bytes"
+                ),
+            );
         }
+        bytes
+    }
 
-        let max_message_size = sub
+    /// max_message_size in bytes: at least one, at most RabbitMQ's own body ceiling.
+    fn max_message_size(&mut self, sub: &RawSubscription, defaults: &RawSettings) -> u64 {
+        let set = sub
             .max_message_size
             .as_ref()
             .or(defaults.max_message_size.as_ref());
-        if let Some(size) = max_message_size {
-            let bytes = size.get_ref().0;
-            if !(1..=MAX_MAX_MESSAGE_SIZE).contains(&bytes) {
-                self.error(
-                    Some(size.span()),
-                    format!(
-                        "expected max_message_size between 1B and 512MiB (RabbitMQ's own \
-                         ceiling), got {bytes} bytes"
-                    ),
-                );
-            }
+        let Some(size) = set else {
+            return DEFAULT_MAX_MESSAGE_SIZE;
+        };
+        let bytes = size.get_ref().0;
+        if !(1..=MAX_MAX_MESSAGE_SIZE).contains(&bytes) {
+            self.error(
+                Some(size.span()),
+                format!(
+                    "expected max_message_size between 1B and 512MiB (RabbitMQ's own \
+                     ceiling), got {bytes} bytes"
+                ),
+            );
         }
+        bytes
+    }
 
+    /// The exchanges the plugin may publish to. One this file does not declare is only warned
+    /// about: it may exist on the broker already.
+    fn publish_exchanges(
+        &mut self,
+        sub: &RawSubscription,
+        defaults: &RawSettings,
+        queue: &str,
+        declared: &dyn Fn(&str) -> bool,
+    ) -> Vec<String> {
         let publish = sub.publish.as_ref().or(defaults.publish.as_ref());
-        let mut publish_names = Vec::new();
+        let mut names = Vec::new();
         for ex in publish.into_iter().flatten() {
             let name = ex.get_ref().0.clone();
             if !declared(&name) {
@@ -151,39 +235,9 @@ impl Checker<'_> {
                     ),
                 );
             }
-            publish_names.push(name);
+            names.push(name);
         }
-
-        Subscription {
-            queue,
-            plugin,
-            plugin_path,
-            exchange,
-            bindings,
-            prefetch: sub
-                .prefetch
-                .or(defaults.prefetch)
-                .map_or(DEFAULT_PREFETCH, |p| p.0),
-            concurrency: sub
-                .concurrency
-                .or(defaults.concurrency)
-                .map_or(DEFAULT_CONCURRENCY, |c| c.0),
-            max_retries,
-            retry_delays,
-            timeout: sub
-                .timeout
-                .as_ref()
-                .or(defaults.timeout.as_ref())
-                .map_or(DEFAULT_TIMEOUT, |t| t.duration),
-            memory_limit: memory_limit.map_or(DEFAULT_MEMORY_LIMIT, |m| m.get_ref().0),
-            max_message_size: max_message_size.map_or(DEFAULT_MAX_MESSAGE_SIZE, |m| m.get_ref().0),
-            queue_type: sub.queue_type.or(defaults.queue_type).unwrap_or_default(),
-            publish: publish_names,
-            config: sub.config.as_ref().map_or_else(
-                || serde_json::Value::Object(Default::default()),
-                |t| toml_to_json(toml::Value::Table(t.clone())),
-            ),
-        }
+        names
     }
 
     pub(super) fn check_ttl(&mut self, d: &DurationText, span: Option<Range<usize>>, what: &str) {
