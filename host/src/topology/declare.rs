@@ -10,7 +10,7 @@ use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ErrorKind, ExchangeKind};
 
-use super::{Arg, Destination, Plan};
+use super::{Arg, BindingSpec, Destination, ExchangeSpec, Plan, QueueSpec};
 use crate::config::ExchangeType;
 
 #[derive(Debug, thiserror::Error)]
@@ -129,91 +129,9 @@ impl Plan {
             conflicts: Vec::new(),
             source: &self.source,
         };
-        for e in &self.exchanges {
-            let options = ExchangeDeclareOptions {
-                durable: e.durable,
-                ..Default::default()
-            };
-            let result = declarer
-                .channel
-                .exchange_declare(
-                    short("exchange", &e.name)?,
-                    exchange_kind(e.kind),
-                    options,
-                    FieldTable::default(),
-                )
-                .await;
-            declarer
-                .check(result, ObjectKind::Exchange, &e.name, |arg| match arg {
-                    "type" => Some(e.kind.as_str().to_string()),
-                    "durable" => Some(e.durable.to_string()),
-                    _ => None,
-                })
-                .await?;
-        }
-        for q in &self.queues {
-            let options = QueueDeclareOptions {
-                durable: q.durable,
-                ..Default::default()
-            };
-            let mut args = FieldTable::default();
-            for (key, value) in &q.arguments {
-                args.insert(short("argument", key)?, amqp_value(value));
-            }
-            let result = declarer
-                .channel
-                .queue_declare(short("queue", &q.name)?, options, args)
-                .await
-                .map(|_| ());
-            declarer
-                .check(result, ObjectKind::Queue, &q.name, |arg| match arg {
-                    "durable" => Some(q.durable.to_string()),
-                    _ => q.argument(arg).map(|v| match v {
-                        Arg::Str(s) => s.clone(),
-                        Arg::Int(i) => i.to_string(),
-                    }),
-                })
-                .await?;
-        }
-        for b in &self.bindings {
-            let source = short("exchange", &b.source)?;
-            let key = short("routing key", &b.routing_key)?;
-            let (result, what) = match &b.destination {
-                Destination::Queue(q) => (
-                    declarer
-                        .channel
-                        .queue_bind(
-                            short("queue", q)?,
-                            source,
-                            key,
-                            QueueBindOptions::default(),
-                            FieldTable::default(),
-                        )
-                        .await,
-                    format!(
-                        "binding queue \"{q}\" to exchange \"{}\" with key \"{}\"",
-                        b.source, b.routing_key
-                    ),
-                ),
-                Destination::Exchange(e) => (
-                    declarer
-                        .channel
-                        .exchange_bind(
-                            short("exchange", e)?,
-                            source,
-                            key,
-                            ExchangeBindOptions::default(),
-                            FieldTable::default(),
-                        )
-                        .await,
-                    format!(
-                        "binding exchange \"{e}\" to exchange \"{}\" with key \"{}\"",
-                        b.source, b.routing_key
-                    ),
-                ),
-            };
-            result.map_err(|source| TopologyError::Broker { what, source })?;
-        }
+        declarer.declare_exchanges(&self.exchanges).await?;
+        declarer.declare_queues(&self.queues).await?;
+        declarer.declare_bindings(&self.bindings).await?;
         // Closing is a courtesy; the declarations are done whatever it answers.
         let _ = declarer
             .channel
@@ -235,6 +153,101 @@ struct Declarer<'a> {
 }
 
 impl Declarer<'_> {
+    /// Exchanges come first, as a binding needs both its ends to exist.
+    async fn declare_exchanges(&mut self, exchanges: &[ExchangeSpec]) -> Result<(), TopologyError> {
+        for e in exchanges {
+            let options = ExchangeDeclareOptions {
+                durable: e.durable,
+                ..Default::default()
+            };
+            let result = self
+                .channel
+                .exchange_declare(
+                    short("exchange", &e.name)?,
+                    exchange_kind(e.kind),
+                    options,
+                    FieldTable::default(),
+                )
+                .await;
+            self.check(result, ObjectKind::Exchange, &e.name, |arg| match arg {
+                "type" => Some(e.kind.as_str().to_string()),
+                "durable" => Some(e.durable.to_string()),
+                _ => None,
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn declare_queues(&mut self, queues: &[QueueSpec]) -> Result<(), TopologyError> {
+        for q in queues {
+            let options = QueueDeclareOptions {
+                durable: q.durable,
+                ..Default::default()
+            };
+            let mut args = FieldTable::default();
+            for (key, value) in &q.arguments {
+                args.insert(short("argument", key)?, amqp_value(value));
+            }
+            let result = self
+                .channel
+                .queue_declare(short("queue", &q.name)?, options, args)
+                .await
+                .map(|_| ());
+            self.check(result, ObjectKind::Queue, &q.name, |arg| match arg {
+                "durable" => Some(q.durable.to_string()),
+                _ => q.argument(arg).map(|v| match v {
+                    Arg::Str(s) => s.clone(),
+                    Arg::Int(i) => i.to_string(),
+                }),
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Bindings last, once both ends exist. A refused binding is no conflict: it stops at once.
+    async fn declare_bindings(&mut self, bindings: &[BindingSpec]) -> Result<(), TopologyError> {
+        for b in bindings {
+            let source = short("exchange", &b.source)?;
+            let key = short("routing key", &b.routing_key)?;
+            let (result, what) = match &b.destination {
+                Destination::Queue(q) => (
+                    self.channel
+                        .queue_bind(
+                            short("queue", q)?,
+                            source,
+                            key,
+                            QueueBindOptions::default(),
+                            FieldTable::default(),
+                        )
+                        .await,
+                    format!(
+                        "binding queue \"{q}\" to exchange \"{}\" with key \"{}\"",
+                        b.source, b.routing_key
+                    ),
+                ),
+                Destination::Exchange(e) => (
+                    self.channel
+                        .exchange_bind(
+                            short("exchange", e)?,
+                            source,
+                            key,
+                            ExchangeBindOptions::default(),
+                            FieldTable::default(),
+                        )
+                        .await,
+                    format!(
+                        "binding exchange \"{e}\" to exchange \"{}\" with key \"{}\"",
+                        b.source, b.routing_key
+                    ),
+                ),
+            };
+            result.map_err(|source| TopologyError::Broker { what, source })?;
+        }
+        Ok(())
+    }
+
     /// Records a 406 as a conflict and replaces the channel the broker closed with it; passes
     /// other errors on. `declared(arg)` is the value this plan gives `arg`.
     async fn check(
