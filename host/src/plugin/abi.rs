@@ -232,6 +232,14 @@ fn meta_value<'m>(delivery: &'m Meta, key: &[u8]) -> Option<Cow<'m, str>> {
 
 /// Adds every import of `worker_v1` to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> {
+    add_reading(linker)?;
+    add_reporting(linker)?;
+    add_publishing(linker)
+}
+
+/// `body_len`, `body_read`, `meta_get`, `config_get`: the plugin reads its input, copied into
+/// buffers it owns, so the host never hands out a pointer into its own memory.
+fn add_reading(linker: &mut Linker<State>) -> wasmtime::Result<()> {
     linker.func_wrap(
         ABI_MODULE,
         import::BODY_LEN,
@@ -281,7 +289,12 @@ pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
             Ok(write_if_fits(mem, buf, st.input.config_json.as_bytes()))
         },
     )?;
+    Ok(())
+}
 
+/// `log` and `set_reason`: what the plugin says about a message, cut to the host's bounds, as a
+/// plugin may say as much as it likes.
+fn add_reporting(linker: &mut Linker<State>) -> wasmtime::Result<()> {
     linker.func_wrap(
         ABI_MODULE,
         import::LOG,
@@ -309,7 +322,11 @@ pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
             Ok(())
         },
     )?;
+    Ok(())
+}
 
+/// `publish`: buffered, not sent, so the publishes go out only if the message is settled ok.
+fn add_publishing(linker: &mut Linker<State>) -> wasmtime::Result<()> {
     linker.func_wrap(
         ABI_MODULE,
         import::PUBLISH,
@@ -354,26 +371,9 @@ fn publish(st: &mut State, exchange: &[u8], key: &[u8], body: &[u8], delay_ms: i
             "exchange not in this subscription's `publish` list",
         );
     }
-    let delay = match delay_ms {
-        0 => None,
-        d if d < 0 => return refuse(st, exchange, DelayRefused, "negative delay"),
-        d => {
-            let d = Duration::from_millis(d as u64);
-            match policy.max_delay {
-                None => {
-                    return refuse(
-                        st,
-                        exchange,
-                        DelayRefused,
-                        "delayed delivery is not enabled",
-                    );
-                }
-                Some(max) if d > max => {
-                    return refuse(st, exchange, DelayRefused, "delay longer than the maximum");
-                }
-                Some(_) => Some(d),
-            }
-        }
+    let delay = match publish_delay(policy.max_delay, delay_ms) {
+        Ok(delay) => delay,
+        Err(why) => return refuse(st, exchange, DelayRefused, why),
     };
     if st.publishes.len() >= policy.max_messages {
         let why = format!("more than {} messages for one call", policy.max_messages);
@@ -392,6 +392,24 @@ fn publish(st: &mut State, exchange: &[u8], key: &[u8], body: &[u8], delay_ms: i
         delay,
     });
     PUBLISH_ACCEPTED
+}
+
+/// The delay a publish asks for: none for zero, else within the subscription's maximum (there
+/// is none when delayed delivery is off). Err says why it is refused.
+fn publish_delay(
+    max_delay: Option<Duration>,
+    delay_ms: i64,
+) -> Result<Option<Duration>, &'static str> {
+    let d = match delay_ms {
+        0 => return Ok(None),
+        d if d < 0 => return Err("negative delay"),
+        d => Duration::from_millis(d as u64),
+    };
+    match max_delay {
+        None => Err("delayed delivery is not enabled"),
+        Some(max) if d > max => Err("delay longer than the maximum"),
+        Some(_) => Ok(Some(d)),
+    }
 }
 
 fn refuse(st: &mut State, exchange: &str, refusal: PublishRefusal, why: &str) -> i32 {

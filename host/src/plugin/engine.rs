@@ -63,53 +63,9 @@ impl Runtime {
         let slots = cfg.max_instances.max(1);
         let max_memory = usize::try_from(cfg.max_memory)
             .map_err(|_| anyhow::anyhow!("max_memory {} does not fit in memory", cfg.max_memory))?;
-
-        let mut pool = PoolingAllocationConfig::new();
-        pool.total_core_instances(slots)
-            .total_memories(slots)
-            .total_tables(slots)
-            .total_stacks(slots)
-            .max_memories_per_module(limits::MAX_MEMORIES as u32)
-            .max_tables_per_module(limits::MAX_TABLES as u32)
-            .table_elements(limits::MAX_TABLE_ELEMENTS as usize)
-            .max_memory_size(max_memory)
-            .table_keep_resident(16 * 1024);
-        // Resetting a used memory with `madvise` costs a TLB shootdown on every
-        // core running a tokio worker, and the next instance then page-faults
-        // the same pages back in: that dominated SDK plugins (docs/performance.md).
-        // With PAGEMAP_SCAN (Linux 6.7+) only the pages the instance dirtied are
-        // found and reset with memset, and stay resident for the next one.
-        // Without it, keep_resident would memset that many low bytes on every
-        // call (the stack of a Rust module, mostly untouched), so stay small.
-        if PoolingAllocationConfig::is_pagemap_scan_available() {
-            pool.pagemap_scan(Enabled::Yes)
-                .linear_memory_keep_resident(KEEP_RESIDENT_WITH_PAGEMAP);
-        } else {
-            pool.linear_memory_keep_resident(KEEP_RESIDENT_WITHOUT_PAGEMAP);
-        }
-
-        let mut config = Config::new();
-        config
-            .strategy(Strategy::Cranelift)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
-            .epoch_interruption(true)
-            .memory_init_cow(true)
-            // Threads and exceptions are not compiled into this wasmtime build
-            // (no `threads` or `gc` feature), so they are refused already.
-            .wasm_gc(false)
-            .wasm_component_model(false)
-            .wasm_stack_switching(false);
-        let engine = Engine::new(&config)
-            .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {}", chain_text(&e)))?;
+        let engine = engine(pool(slots, max_memory))?;
         spawn_ticker(&engine)?;
-
-        let mut plain = Linker::new(&engine);
-        abi::add_to_linker(&mut plain).map_err(|e| anyhow::anyhow!("{}", chain_text(&e)))?;
-        let mut with_wasi = Linker::new(&engine);
-        abi::add_to_linker(&mut with_wasi).map_err(|e| anyhow::anyhow!("{}", chain_text(&e)))?;
-        wasmtime_wasi::p1::add_to_linker_async(&mut with_wasi, State::wasi_ctx)
-            .map_err(|e| anyhow::anyhow!("{}", chain_text(&e)))?;
-
+        let (plain, with_wasi) = linkers(&engine)?;
         Ok(Runtime {
             inner: Arc::new(Inner {
                 engine,
@@ -200,6 +156,65 @@ impl Runtime {
             slots: self.inner.slots.clone(),
         }))
     }
+}
+
+/// The instance pool: one slot per concurrent call, each memory as large as the largest
+/// `memory_limit`, so an instance is never refused for want of room.
+fn pool(slots: u32, max_memory: usize) -> PoolingAllocationConfig {
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_core_instances(slots)
+        .total_memories(slots)
+        .total_tables(slots)
+        .total_stacks(slots)
+        .max_memories_per_module(limits::MAX_MEMORIES as u32)
+        .max_tables_per_module(limits::MAX_TABLES as u32)
+        .table_elements(limits::MAX_TABLE_ELEMENTS as usize)
+        .max_memory_size(max_memory)
+        .table_keep_resident(16 * 1024);
+    // Resetting a used memory with `madvise` costs a TLB shootdown on every
+    // core running a tokio worker, and the next instance then page-faults
+    // the same pages back in: that dominated SDK plugins (docs/performance.md).
+    // With PAGEMAP_SCAN (Linux 6.7+) only the pages the instance dirtied are
+    // found and reset with memset, and stay resident for the next one.
+    // Without it, keep_resident would memset that many low bytes on every
+    // call (the stack of a Rust module, mostly untouched), so stay small.
+    if PoolingAllocationConfig::is_pagemap_scan_available() {
+        pool.pagemap_scan(Enabled::Yes)
+            .linear_memory_keep_resident(KEEP_RESIDENT_WITH_PAGEMAP);
+    } else {
+        pool.linear_memory_keep_resident(KEEP_RESIDENT_WITHOUT_PAGEMAP);
+    }
+    pool
+}
+
+/// The engine: pooled instances, epoch interruption for timeouts, no proposal the ABI does not
+/// need.
+fn engine(pool: PoolingAllocationConfig) -> anyhow::Result<Engine> {
+    let mut config = Config::new();
+    config
+        .strategy(Strategy::Cranelift)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+        .epoch_interruption(true)
+        .memory_init_cow(true)
+        // Threads and exceptions are not compiled into this wasmtime build
+        // (no `threads` or `gc` feature), so they are refused already.
+        .wasm_gc(false)
+        .wasm_component_model(false)
+        .wasm_stack_switching(false);
+    Engine::new(&config)
+        .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {}", chain_text(&e)))
+}
+
+/// Two linkers: a module that imports nothing from WASI is linked without it, and so never pays
+/// for a WASI context.
+fn linkers(engine: &Engine) -> anyhow::Result<(Linker<State>, Linker<State>)> {
+    let mut plain = Linker::new(engine);
+    abi::add_to_linker(&mut plain).map_err(|e| anyhow::anyhow!("{}", chain_text(&e)))?;
+    let mut with_wasi = Linker::new(engine);
+    abi::add_to_linker(&mut with_wasi).map_err(|e| anyhow::anyhow!("{}", chain_text(&e)))?;
+    wasmtime_wasi::p1::add_to_linker_async(&mut with_wasi, State::wasi_ctx)
+        .map_err(|e| anyhow::anyhow!("{}", chain_text(&e)))?;
+    Ok((plain, with_wasi))
 }
 
 /// Advances the epoch until the engine is gone; holds only a weak handle so
