@@ -100,6 +100,40 @@ impl Subscriber {
         link: Link,
         cancel: CancellationToken,
     ) -> anyhow::Result<()> {
+        let (channel, deliveries) = self.open(&link).await?;
+        let tag = deliveries.tag();
+        let queue = self.sub.queue.as_str();
+        debug!(queue, consumer_tag = %tag, "consuming");
+
+        let (acks, ack_task) = Acks::start(channel.clone(), self.hold_limit());
+        let death = Arc::new(ChannelDeath::default());
+        // The reader always polls the deliveries, so the death of the channel is heard at once
+        // even while every handler slot is busy; calls in flight then stop (see `settle`).
+        let (mut inbox, reader) = read(deliveries, death.clone());
+        let run = Run {
+            link,
+            channel,
+            acks,
+            death,
+            tasks: TaskTracker::new(),
+        };
+        let result = self.dispatch(&run, &mut inbox, &cancel).await;
+        // Stop new deliveries; what was prefetched but not started goes back when the channel
+        // closes. In-flight calls finish (bounded by their timeout) and settle.
+        if result.is_ok() {
+            let _ = run
+                .channel
+                .basic_cancel(tag.clone(), BasicCancelOptions::default())
+                .await;
+        }
+        reader.abort();
+        run.drain(ack_task).await;
+        result
+    }
+
+    /// Opens the consumer channel with the prefetch and starts consuming. A missing queue is
+    /// handed to the keeper to declare again, so the restart that follows finds it.
+    async fn open(&self, link: &Link) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
         let queue = self.sub.queue.as_str();
         let channel = link
             .conn
@@ -118,53 +152,57 @@ impl Subscriber {
                 FieldTable::default(),
             )
             .await;
-        let deliveries = match consumed {
-            Ok(deliveries) => deliveries,
+        match consumed {
+            Ok(deliveries) => Ok((channel, deliveries)),
             Err(err) => {
                 if broker::is_not_found(&err) {
                     let why = format!("queue \"{queue}\" is missing");
                     let _ = link.keeper.repair(&why).await;
                 }
-                return Err(anyhow::Error::new(err).context(format!("consuming {queue}")));
+                Err(anyhow::Error::new(err).context(format!("consuming {queue}")))
             }
-        };
-        let tag = deliveries.tag();
-        debug!(queue, consumer_tag = %tag, "consuming");
+        }
+    }
 
-        let calls = Arc::new(Semaphore::new(self.sub.concurrency as usize));
-        let tasks = TaskTracker::new();
-        // Half the prefetch window at most waits for a lower tag to settle (prefetch 0 is
-        // unlimited).
-        let hold_limit = match self.sub.prefetch {
+    /// Half the prefetch window at most waits for a lower tag to settle (prefetch 0 is
+    /// unlimited).
+    fn hold_limit(&self) -> usize {
+        match self.sub.prefetch {
             0 => 64,
             p => usize::from(p / 2),
-        };
-        let (acks, ack_task) = Acks::start(channel.clone(), hold_limit);
-        let death = Arc::new(ChannelDeath::default());
-        // The reader always polls the deliveries, so the death of the channel is heard at once
-        // even while every handler slot is busy; calls in flight then stop (see `settle`).
-        let (mut inbox, reader) = read(deliveries, death.clone());
-        let result = loop {
+        }
+    }
+
+    /// The dispatch loop: one call spawned per delivery, never more than `concurrency` at once.
+    /// Ok when `cancel` fires; Err when the deliveries end, saying why.
+    async fn dispatch(
+        self: &Arc<Self>,
+        run: &Run,
+        inbox: &mut mpsc::UnboundedReceiver<Delivery>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let calls = Arc::new(Semaphore::new(self.sub.concurrency as usize));
+        loop {
             // Take a handler slot first, so a delivery is only taken when it can run.
             let permit = tokio::select! {
-                _ = cancel.cancelled() => break Ok(()),
+                _ = cancel.cancelled() => return Ok(()),
                 permit = calls.clone().acquire_owned() => match permit {
                     Ok(permit) => permit,
-                    Err(_) => break Ok(()), // The semaphore is never closed.
+                    Err(_) => return Ok(()), // The semaphore is never closed.
                 },
             };
             let delivery = tokio::select! {
-                _ = cancel.cancelled() => break Ok(()),
+                _ = cancel.cancelled() => return Ok(()),
                 next = inbox.recv() => next,
             };
             let Some(delivery) = delivery else {
-                break Err(self.reader_ended(&death, &channel, &link).await);
+                return Err(self.reader_ended(&run.death, &run.channel, &run.link).await);
             };
-            acks.received(delivery.delivery_tag);
+            run.acks.received(delivery.delivery_tag);
             let this = self.clone();
-            let (link, acks, channel) = (link.clone(), acks.clone(), channel.clone());
-            let death = death.clone();
-            tasks.spawn(async move {
+            let (link, acks, channel) = (run.link.clone(), run.acks.clone(), run.channel.clone());
+            let death = run.death.clone();
+            run.tasks.spawn(async move {
                 let call = settle::Call {
                     link: &link,
                     acks: &acks,
@@ -173,22 +211,29 @@ impl Subscriber {
                 };
                 this.handle(delivery, call, permit).await;
             });
-        };
-        // Stop new deliveries; what was prefetched but not started goes back when the channel
-        // closes. In-flight calls finish (bounded by their timeout) and settle.
-        if result.is_ok() {
-            let _ = channel
-                .basic_cancel(tag.clone(), BasicCancelOptions::default())
-                .await;
         }
-        reader.abort();
-        tasks.close();
-        tasks.wait().await;
+    }
+}
+
+/// What one run of a consumer shares between its dispatch loop, its calls and its drain.
+struct Run {
+    link: Link,
+    channel: lapin::Channel,
+    acks: Acks,
+    death: Arc<ChannelDeath>,
+    tasks: TaskTracker,
+}
+
+impl Run {
+    /// Waits for every call in flight to settle, then sends the last acks and closes the
+    /// channel, so no settled message is left unacked by the close.
+    async fn drain(self, ack_task: tokio::task::JoinHandle<()>) {
+        self.tasks.close();
+        self.tasks.wait().await;
         // Every handler has settled: the last acks go out before the channel closes.
-        acks.close();
+        self.acks.close();
         let _ = ack_task.await;
-        let _ = channel.close(200, "bye".into()).await;
-        result
+        let _ = self.channel.close(200, "bye".into()).await;
     }
 }
 
