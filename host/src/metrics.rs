@@ -84,96 +84,102 @@ impl Default for Metrics {
 impl Metrics {
     /// A fresh registry with every metric registered.
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("worker");
-        let messages = Family::<QueueOutcome, Counter>::default();
-        let retries = Family::<QueueLabel, Counter>::default();
-        let failed = Family::<QueueLabel, Counter>::default();
-        let duration = Family::<QueueLabel, Histogram, fn() -> Histogram>::new_with_constructor(
-            duration_histogram,
-        );
-        let in_flight = Family::<QueueLabel, Gauge>::default();
-        let reloads = Family::<ResultLabel, Counter>::default();
-        let connected = Gauge::default();
-        let blocked = Gauge::default();
-        let repairing = Gauge::default();
-        let topology_repairs = Counter::default();
-        let dropped = Family::<QueueLabel, Counter>::default();
-        registry.register(
-            "broker_blocked",
-            "1 while RabbitMQ blocks publishing (a memory or disk alarm)",
-            blocked.clone(),
-        );
-        registry.register(
-            "topology_repairing",
-            "1 while missing queues or exchanges are being declared again",
-            repairing.clone(),
-        );
-        registry.register(
-            "topology_repairs",
-            "Times the declared topology was found incomplete and declared again",
-            topology_repairs.clone(),
-        );
-        registry.register(
-            "dropped_results",
-            "Handler results dropped because their channel died (the broker redelivers)",
-            dropped.clone(),
-        );
-        let plugin_info = Family::<PluginLabel, Gauge>::default();
-        registry.register(
-            "messages",
-            "Messages handled, by queue and outcome",
-            messages.clone(),
-        );
-        registry.register(
-            "retries",
-            "Messages sent round a retry queue",
-            retries.clone(),
-        );
-        registry.register(
-            "failed",
-            "Messages parked in <queue>@failed",
-            failed.clone(),
-        );
-        registry.register(
-            "handler_duration_seconds",
-            "Wall-clock time of one handler call",
-            duration.clone(),
-        );
-        registry.register("in_flight", "Handler calls running now", in_flight.clone());
-        registry.register(
-            "plugin_reloads",
-            "Plugin reloads by result",
-            reloads.clone(),
-        );
-        registry.register(
-            "broker_connected",
-            "1 while connected to RabbitMQ",
-            connected.clone(),
-        );
-        registry.register(
-            "plugin_info",
-            "The plugin versions serving now",
-            plugin_info.clone(),
-        );
-        Metrics {
-            registry,
-            messages,
-            retries,
-            failed,
-            duration,
-            in_flight,
-            reloads,
-            connected,
-            blocked,
-            repairing,
-            topology_repairs,
-            dropped,
+        let mut metrics = Metrics {
+            registry: Registry::with_prefix("worker"),
+            messages: Family::default(),
+            retries: Family::default(),
+            failed: Family::default(),
+            duration: Family::new_with_constructor(duration_histogram),
+            in_flight: Family::default(),
+            reloads: Family::default(),
+            connected: Gauge::default(),
+            blocked: Gauge::default(),
+            repairing: Gauge::default(),
+            topology_repairs: Counter::default(),
+            dropped: Family::default(),
             blocked_reason: std::sync::Mutex::new(String::new()),
             consumers: AtomicI64::new(0),
-            plugin_info,
+            plugin_info: Family::default(),
             expected_consumers: AtomicI64::new(0),
             started: AtomicBool::new(false),
-        }
+        };
+        // Registration order is the order of /metrics.
+        metrics.register_broker_trouble();
+        metrics.register_messages();
+        metrics.register_service_state();
+        metrics
+    }
+
+    /// What goes wrong with the broker and is worked around: alarms, repairs, dead channels.
+    fn register_broker_trouble(&mut self) {
+        self.registry.register(
+            "broker_blocked",
+            "1 while RabbitMQ blocks publishing (a memory or disk alarm)",
+            self.blocked.clone(),
+        );
+        self.registry.register(
+            "topology_repairing",
+            "1 while missing queues or exchanges are being declared again",
+            self.repairing.clone(),
+        );
+        self.registry.register(
+            "topology_repairs",
+            "Times the declared topology was found incomplete and declared again",
+            self.topology_repairs.clone(),
+        );
+        self.registry.register(
+            "dropped_results",
+            "Handler results dropped because their channel died (the broker redelivers)",
+            self.dropped.clone(),
+        );
+    }
+
+    /// Per-queue message counts, handler durations and calls in flight.
+    fn register_messages(&mut self) {
+        self.registry.register(
+            "messages",
+            "Messages handled, by queue and outcome",
+            self.messages.clone(),
+        );
+        self.registry.register(
+            "retries",
+            "Messages sent round a retry queue",
+            self.retries.clone(),
+        );
+        self.registry.register(
+            "failed",
+            "Messages parked in <queue>@failed",
+            self.failed.clone(),
+        );
+        self.registry.register(
+            "handler_duration_seconds",
+            "Wall-clock time of one handler call",
+            self.duration.clone(),
+        );
+        self.registry.register(
+            "in_flight",
+            "Handler calls running now",
+            self.in_flight.clone(),
+        );
+    }
+
+    /// Plugin reloads and versions, and the broker connection.
+    fn register_service_state(&mut self) {
+        self.registry.register(
+            "plugin_reloads",
+            "Plugin reloads by result",
+            self.reloads.clone(),
+        );
+        self.registry.register(
+            "broker_connected",
+            "1 while connected to RabbitMQ",
+            self.connected.clone(),
+        );
+        self.registry.register(
+            "plugin_info",
+            "The plugin versions serving now",
+            self.plugin_info.clone(),
+        );
     }
 
     /// The per-message metrics of `queue`, looked up once so the hot path does no label
