@@ -4,10 +4,11 @@ mod failed;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use lapin::BasicProperties;
 use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Connection};
 
 use crate::broker;
 use crate::broker::publish_confirmed;
@@ -89,26 +90,47 @@ async fn topology(path: &Path, apply: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `worker-host publish`: everything that can be refused is checked before the broker is
+/// touched.
 async fn publish(args: PublishArgs) -> anyhow::Result<()> {
     let config = load_config(&args.config.path)?;
-    let body = match (&args.body, &args.file) {
+    let body = message_body(&args)?;
+    let message_id = args
+        .message_id
+        .clone()
+        .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
+    let props = properties(&args, &message_id);
+    let delayed = delay_plan(&config, args.delay)?;
+    let conn = broker::connect_once(&config.broker.urls, "worker-host publish").await?;
+    let channel = Arc::new(broker::confirm_channel(&conn).await?);
+    let published = send(&conn, &channel, &args, &body, props, delayed).await;
+    let _ = conn.close(200, "done".into()).await;
+    published.context("message not published")?;
+    say!("published {message_id}");
+    Ok(())
+}
+
+/// The body: `--body` text, else the bytes of `--file`.
+fn message_body(args: &PublishArgs) -> anyhow::Result<Vec<u8>> {
+    Ok(match (&args.body, &args.file) {
         (Some(body), _) => body.clone().into_bytes(),
         (None, Some(file)) => {
             std::fs::read(file).with_context(|| format!("reading {}", file.display()))?
         }
         (None, None) => anyhow::bail!("give --body or --file"),
-    };
+    })
+}
+
+/// Persistent, with a message id (given or random, so the message can be found again), a
+/// timestamp, the `--header`s and `--content-type`.
+fn properties(args: &PublishArgs, message_id: &str) -> BasicProperties {
     let mut headers = FieldTable::default();
     for (name, value) in &args.headers {
         headers.insert(name.as_str().into(), outcome::text(value));
     }
-    let message_id = args
-        .message_id
-        .clone()
-        .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
     let mut props = BasicProperties::default()
         .with_delivery_mode(broker::PERSISTENT)
-        .with_message_id(message_id.as_str().into())
+        .with_message_id(message_id.into())
         .with_headers(headers)
         .with_timestamp(
             std::time::SystemTime::now()
@@ -119,51 +141,58 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
     if let Some(ct) = &args.content_type {
         props = props.with_content_type(ct.as_str().into());
     }
-    // Refuse a delay the levels cannot express before touching the broker. A delay that rounds
-    // to nothing is a plain publish.
-    let delayed = match args.delay {
-        Some(delay) => {
-            let delayer = Delayer::required(&config)?;
-            let steps = delayer.steps(delay)?;
-            (steps > 0).then_some((delayer, delay))
-        }
-        None => None,
+    props
+}
+
+/// Refuses a delay the levels cannot express, before the broker is touched. A delay that
+/// rounds to nothing is a plain publish (None).
+fn delay_plan(
+    config: &Config,
+    delay: Option<Duration>,
+) -> anyhow::Result<Option<(Delayer, Duration)>> {
+    let Some(delay) = delay else {
+        return Ok(None);
     };
-    let conn = broker::connect_once(&config.broker.urls, "worker-host publish").await?;
-    let channel = Arc::new(broker::confirm_channel(&conn).await?);
-    let published = match delayed {
+    let delayer = Delayer::required(config)?;
+    let steps = delayer.steps(delay)?;
+    Ok((steps > 0).then_some((delayer, delay)))
+}
+
+/// Publishes with confirms, into the delay levels when `delayed`, else to the exchange itself.
+async fn send(
+    conn: &Connection,
+    channel: &Channel,
+    args: &PublishArgs,
+    body: &[u8],
+    props: BasicProperties,
+    delayed: Option<(Delayer, Duration)>,
+) -> anyhow::Result<()> {
+    match delayed {
         // Only the entry into the delay levels can be checked now (mandatory there); where the
         // message goes at its due time is decided then (docs/delay.md).
         Some((delayer, delay)) => {
-            async {
-                delayer.declare(&conn).await?;
-                delayer
-                    .publish(
-                        &channel,
-                        &args.exchange,
-                        &args.routing_key,
-                        &body,
-                        props,
-                        delay,
-                    )
-                    .await
-            }
-            .await
+            delayer.declare(conn).await?;
+            delayer
+                .publish(
+                    channel,
+                    &args.exchange,
+                    &args.routing_key,
+                    body,
+                    props,
+                    delay,
+                )
+                .await
         }
         // Mandatory: a message no queue would receive is an error, not a silent drop.
         None => publish_confirmed(
-            &channel,
+            channel,
             &args.exchange,
             &args.routing_key,
-            &body,
+            body,
             props,
             true,
         )
         .await
         .map_err(anyhow::Error::from),
-    };
-    let _ = conn.close(200, "done".into()).await;
-    published.context("message not published")?;
-    say!("published {message_id}");
-    Ok(())
+    }
 }
