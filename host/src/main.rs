@@ -18,21 +18,9 @@ fn main() -> ExitCode {
     let json = cli.log_format == LogFormat::Json;
     init_tracing(cli.log_format, matches!(cli.command, Command::Run(_)));
     // Before the runtime starts: its threads and everything they open get the raised limit.
-    match descriptors::raise_open_file_limit() {
-        Ok(limit) if limit.before != limit.after => tracing::info!(
-            "open-file limit raised from {} to {}",
-            show_limit(limit.before),
-            show_limit(limit.after)
-        ),
-        Ok(_) => {}
-        Err(err) => tracing::warn!("cannot raise the open-file limit to its hard limit: {err}"),
-    }
+    raise_open_file_limit();
     if let Err(err) = descriptors::start_compat_runtime() {
-        if json {
-            tracing::error!("{err:#}");
-        } else {
-            eprintln!("error: {err:#}");
-        }
+        report(&err, json);
         return ExitCode::from(1);
     }
     let runtime = match tokio::runtime::Runtime::new() {
@@ -42,31 +30,54 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Run(args) => {
-                // Warnings go through the log so `--log-format json` stays one object per line.
-                let (config, warnings) = worker_host::config::Config::load(&args.path)?;
-                for warning in &warnings {
-                    tracing::warn!("{warning}");
-                }
-                service::run(config, shutdown_signal()).await
-            }
-            other => commands::dispatch(other).await,
-        }
-    });
+    let result = runtime.block_on(run(cli.command));
     // Tasks still running (a plugin compile on the blocking pool) must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            if json {
-                tracing::error!("{err:#}");
-            } else {
-                eprintln!("error: {err:#}");
-            }
+            report(&err, json);
             ExitCode::from(exit_code(&err))
         }
+    }
+}
+
+/// Runs the service, or one of the one-shot commands.
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Run(args) => {
+            // Warnings go through the log so `--log-format json` stays one object per line.
+            let (config, warnings) = worker_host::config::Config::load(&args.path)?;
+            for warning in &warnings {
+                tracing::warn!("{warning}");
+            }
+            service::run(config, shutdown_signal()).await
+        }
+        other => commands::dispatch(other).await,
+    }
+}
+
+/// Raises the soft open-file limit (see `descriptors`) and logs the change; failing that, the
+/// host runs with the limit it has.
+fn raise_open_file_limit() {
+    match descriptors::raise_open_file_limit() {
+        Ok(limit) if limit.before != limit.after => tracing::info!(
+            "open-file limit raised from {} to {}",
+            show_limit(limit.before),
+            show_limit(limit.after)
+        ),
+        Ok(_) => {}
+        Err(err) => tracing::warn!("cannot raise the open-file limit to its hard limit: {err}"),
+    }
+}
+
+/// The error that ends the process: a log line with `--log-format json`, so the output stays
+/// one object per line, else plain text on stderr.
+fn report(err: &anyhow::Error, json: bool) {
+    if json {
+        tracing::error!("{err:#}");
+    } else {
+        eprintln!("error: {err:#}");
     }
 }
 
