@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use notify::RecursiveMode;
-use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
+use notify_debouncer_full::{
+    DebounceEventResult, DebouncedEvent, Debouncer, RecommendedCache, new_debouncer,
+};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -206,6 +208,8 @@ impl State {
         self.config_watched().join(&self.config_name)
     }
 
+    /// A debounced burst of file events: a folder that left is watched again, worker.toml is
+    /// checked for new content, and the plugins whose files were touched are reloaded.
     async fn on_events(&mut self, result: DebounceEventResult) -> Result<(), Closed> {
         let events = match result {
             Ok(events) => events,
@@ -216,24 +220,8 @@ impl State {
                 return Ok(());
             }
         };
-        let mut touched: Vec<PathBuf> = events
-            .iter()
-            .filter(|e| !e.kind.is_access())
-            .flat_map(|e| e.paths.iter().cloned())
-            .collect();
-        touched.sort();
-        touched.dedup();
-
-        // A watched folder itself deleted or moved: act now rather than at the next check.
-        for event in &events {
-            self.plugins_dir.note(event);
-            if let Some(dir) = self.config_dir.as_mut() {
-                dir.note(event);
-            }
-        }
-        if self.plugins_dir.lost || self.config_dir.as_ref().is_some_and(|d| d.lost) {
-            self.check_folders().await?;
-        }
+        let touched = touched_paths(&events);
+        self.note_lost_folders(&events).await?;
 
         // worker.toml: any change in its folder counts (a Kubernetes ConfigMap swaps a `..data`
         // symlink and never touches the file's own name), but only new content triggers a reload.
@@ -245,6 +233,46 @@ impl State {
             self.check_config()?;
         }
 
+        self.reload_touched_plugins(&touched).await;
+        Ok(())
+    }
+
+    /// A watched folder itself deleted or moved: act now rather than at the next check.
+    async fn note_lost_folders(&mut self, events: &[DebouncedEvent]) -> Result<(), Closed> {
+        for event in events {
+            self.plugins_dir.note(event);
+            if let Some(dir) = self.config_dir.as_mut() {
+                dir.note(event);
+            }
+        }
+        if self.plugins_dir.lost || self.config_dir.as_ref().is_some_and(|d| d.lost) {
+            self.check_folders().await?;
+        }
+        Ok(())
+    }
+
+    /// Reloads each plugin in use whose file was touched; any other file touched in the plugins
+    /// folder means a sweep. Unreadable files are read again later.
+    async fn reload_touched_plugins(&mut self, touched: &[PathBuf]) {
+        let (direct, unnamed) = self.touched_plugins(touched);
+        let mut unreadable = false;
+        for path in &direct {
+            let result = self.plugins.reload(path).await;
+            unreadable |= matches!(result, Err(ReloadError::Read { .. }));
+        }
+        if unnamed {
+            // A temp file, a new plugin nobody uses yet, or a symlink swap: cheap to check every
+            // file in use by its hash.
+            unreadable |= self.plugins.sweep(&direct).await;
+        }
+        if unreadable && self.retry.is_none() {
+            self.schedule_retry(true);
+        }
+    }
+
+    /// The plugin files in use among `touched` (each once, as its slot names it), and whether
+    /// another file of the plugins folder was touched too. worker.toml is neither.
+    fn touched_plugins(&self, touched: &[PathBuf]) -> (Vec<PathBuf>, bool) {
         let config_path = self.config_path();
         let known = self.plugins.paths();
         let mut direct = Vec::new();
@@ -262,20 +290,7 @@ impl State {
                 None => unnamed = true,
             }
         }
-        let mut unreadable = false;
-        for path in &direct {
-            let result = self.plugins.reload(path).await;
-            unreadable |= matches!(result, Err(ReloadError::Read { .. }));
-        }
-        if unnamed {
-            // A temp file, a new plugin nobody uses yet, or a symlink swap: cheap to check every
-            // file in use by its hash.
-            unreadable |= self.plugins.sweep(&direct).await;
-        }
-        if unreadable && self.retry.is_none() {
-            self.schedule_retry(true);
-        }
-        Ok(())
+        (direct, unnamed)
     }
 
     async fn on_tick(&mut self) -> Result<(), Closed> {
@@ -376,6 +391,18 @@ impl State {
             }
         });
     }
+}
+
+/// Every path the events name, sorted and once each; accesses are no change.
+fn touched_paths(events: &[DebouncedEvent]) -> Vec<PathBuf> {
+    let mut touched: Vec<PathBuf> = events
+        .iter()
+        .filter(|e| !e.kind.is_access())
+        .flat_map(|e| e.paths.iter().cloned())
+        .collect();
+    touched.sort();
+    touched.dedup();
+    touched
 }
 
 /// SHA-256 of a file's bytes, streamed: worker.toml is never held in memory here, whatever its
