@@ -11,7 +11,7 @@ use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
 };
 use lapin::types::{AMQPValue, FieldArray, FieldTable};
-use lapin::{BasicProperties, Connection};
+use lapin::{Acker, BasicProperties, Connection};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
@@ -35,29 +35,36 @@ impl Delayer {
         cancel: CancellationToken,
     ) -> anyhow::Result<()> {
         let ready = self.ready();
-        let channel = conn
-            .create_channel()
-            .await
-            .context("opening the mover's channel")?;
-        channel
-            .basic_qos(PREFETCH, BasicQosOptions::default())
-            .await
-            .context("setting the mover's prefetch")?;
+        let (channel, deliveries) = consume_ready(conn, &ready).await?;
         let publisher = Publisher::new(conn.clone());
-        let deliveries = channel
-            .basic_consume(
-                ready.as_str().into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .with_context(|| format!("consuming {ready}"))?;
         let tag = deliveries.tag();
         debug!(queue = %ready, "delay mover consuming");
+        let result = match self.move_all(deliveries, &publisher, &cancel).await {
+            Err(err) => Err(anyhow::anyhow!("consuming {ready}: {err}")),
+            Ok(()) if cancel.is_cancelled() => Ok(()),
+            Ok(()) => Err(anyhow::anyhow!(
+                "the broker cancelled the consumer of {ready}"
+            )),
+        };
+        if result.is_ok() {
+            let _ = channel
+                .basic_cancel(tag, BasicCancelOptions::default())
+                .await;
+        }
+        let _ = channel.close(200, "bye".into()).await;
+        publisher.close().await;
+        result
+    }
 
-        // Up to PREFETCH messages are moved at once; when `cancel` fires no new delivery is
-        // taken and the ones in flight finish.
+    /// Moves deliveries until `cancel` fires or they end. Up to PREFETCH messages are moved at
+    /// once; when `cancel` fires no new delivery is taken and the ones in flight finish. Err
+    /// carries the error that ended the deliveries.
+    async fn move_all(
+        &self,
+        deliveries: lapin::Consumer,
+        publisher: &Publisher,
+        cancel: &CancellationToken,
+    ) -> Result<(), String> {
         let failure = std::sync::Mutex::new(None::<String>);
         deliveries
             .take_until(cancel.cancelled())
@@ -72,25 +79,13 @@ impl Delayer {
             })
             .filter_map(|next| std::future::ready(next.ok()))
             .for_each_concurrent(usize::from(PREFETCH), |delivery| {
-                self.move_one(delivery, &publisher)
+                self.move_one(delivery, publisher)
             })
             .await;
-        let failure = failure.into_inner().ok().flatten();
-        let result = match failure {
-            Some(err) => Err(anyhow::anyhow!("consuming {ready}: {err}")),
-            None if cancel.is_cancelled() => Ok(()),
-            None => Err(anyhow::anyhow!(
-                "the broker cancelled the consumer of {ready}"
-            )),
-        };
-        if result.is_ok() {
-            let _ = channel
-                .basic_cancel(tag, BasicCancelOptions::default())
-                .await;
+        match failure.into_inner().ok().flatten() {
+            Some(err) => Err(err),
+            None => Ok(()),
         }
-        let _ = channel.close(200, "bye".into()).await;
-        publisher.close().await;
-        result
     }
 
     /// [`Delayer::run_mover`] for the life of `conn`: restarted a second after it fails while
@@ -121,68 +116,45 @@ impl Delayer {
             acker,
             ..
         } = delivery;
-        let headers = properties.headers().as_ref();
-        let target =
-            header_text(headers, EXCHANGE_HEADER).zip(header_text(headers, ROUTING_KEY_HEADER));
         let message_id = properties
             .message_id()
             .as_ref()
             .map(|s| s.as_str().to_string())
             .unwrap_or_default();
-        let settled = match &target {
-            Some((exchange, key)) => {
-                let late_ms =
-                    headers
-                        .and_then(|h| h.inner().get(DUE_HEADER))
-                        .and_then(|v| match v {
-                            AMQPValue::LongLongInt(due) => Some(now_ms() - due),
-                            _ => None,
-                        });
-                let props = restored(&properties, &self.prefix);
-                match self
-                    .deliver(publisher, exchange, key, &data, props, &properties)
-                    .await
-                {
-                    Ok(()) => {
-                        debug!(
-                            exchange,
-                            routing_key = key,
-                            message_id,
-                            late_ms,
-                            "delayed message delivered"
-                        );
-                        Ok(())
-                    }
-                    Err(err) => Err(err),
-                }
-            }
-            None => {
-                let why = format!("no {EXCHANGE_HEADER} / {ROUTING_KEY_HEADER} header");
-                self.park(publisher, &properties, &data, &why).await
-            }
+        let moved = self
+            .forward(publisher, &properties, &data, &message_id)
+            .await;
+        settle(&acker, moved, &message_id).await;
+    }
+
+    /// Republishes a due message to the exchange and routing key it was published for; one
+    /// that does not say where it was going is parked.
+    async fn forward(
+        &self,
+        publisher: &Publisher,
+        properties: &BasicProperties,
+        data: &[u8],
+        message_id: &str,
+    ) -> anyhow::Result<()> {
+        let headers = properties.headers().as_ref();
+        let target =
+            header_text(headers, EXCHANGE_HEADER).zip(header_text(headers, ROUTING_KEY_HEADER));
+        let Some((exchange, key)) = &target else {
+            let why = format!("no {EXCHANGE_HEADER} / {ROUTING_KEY_HEADER} header");
+            return self.park(publisher, properties, data, &why).await;
         };
-        match settled {
-            Ok(()) => {
-                if let Err(err) = acker.ack(BasicAckOptions::default()).await {
-                    // The channel is gone: the broker redelivers, which may duplicate the publish.
-                    error!(message_id, "delay mover: ack failed: {err}");
-                }
-            }
-            Err(err) => {
-                error!(
-                    message_id,
-                    "delay mover: not delivered, the broker will redeliver: {err:#}"
-                );
-                // Back off a little so a broken route does not spin.
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let _ = acker
-                    .nack(BasicNackOptions {
-                        requeue: true,
-                        ..BasicNackOptions::default()
-                    })
-                    .await;
-            }
-        }
+        let late_ms = late_ms(headers);
+        let props = restored(properties, &self.prefix);
+        self.deliver(publisher, exchange, key, data, props, properties)
+            .await?;
+        debug!(
+            exchange,
+            routing_key = key,
+            message_id,
+            late_ms,
+            "delayed message delivered"
+        );
+        Ok(())
     }
 
     /// Publishes to the target with the restored `props`; when the target exchange turns out
@@ -239,6 +211,67 @@ impl Delayer {
             .await
             .with_context(|| format!("parking a delayed message in {dead}"))
     }
+}
+
+/// Opens the mover's channel with its prefetch and consumes the ready queue.
+async fn consume_ready(
+    conn: &Connection,
+    ready: &str,
+) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
+    let channel = conn
+        .create_channel()
+        .await
+        .context("opening the mover's channel")?;
+    channel
+        .basic_qos(PREFETCH, BasicQosOptions::default())
+        .await
+        .context("setting the mover's prefetch")?;
+    let deliveries = channel
+        .basic_consume(
+            ready.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .with_context(|| format!("consuming {ready}"))?;
+    Ok((channel, deliveries))
+}
+
+/// Acks a moved message; one that was not moved is nacked back to the broker to redeliver.
+async fn settle(acker: &Acker, moved: anyhow::Result<()>, message_id: &str) {
+    match moved {
+        Ok(()) => {
+            if let Err(err) = acker.ack(BasicAckOptions::default()).await {
+                // The channel is gone: the broker redelivers, which may duplicate the publish.
+                error!(message_id, "delay mover: ack failed: {err}");
+            }
+        }
+        Err(err) => {
+            error!(
+                message_id,
+                "delay mover: not delivered, the broker will redeliver: {err:#}"
+            );
+            // Back off a little so a broken route does not spin.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _ = acker
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..BasicNackOptions::default()
+                })
+                .await;
+        }
+    }
+}
+
+/// How late a due message is moved, in milliseconds, from its due-time header.
+fn late_ms(headers: Option<&FieldTable>) -> Option<i64> {
+    headers
+        .and_then(|h| h.inner().get(DUE_HEADER))
+        .and_then(|v| match v {
+            AMQPValue::LongLongInt(due) => Some(now_ms() - due),
+            _ => None,
+        })
 }
 
 /// The properties a delayed message was published with: the delay headers removed, and the
