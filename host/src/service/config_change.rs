@@ -46,22 +46,34 @@ pub(super) async fn apply_config_change(state: &mut State, link: &Link, consumer
         // The broker went away meanwhile: adopt the new config; the reconnect declares its
         // topology and starts every subscriber, so the change is not lost.
         warn!("config accepted; it applies once the broker is back ({err})");
-        state.subscribers = next;
-        state.config = new;
-        prune_plugins(state);
+        adopt(state, next, new);
         return;
     }
     link.keeper.set_plan(plan);
+    let (added, removed, restarted) = switch_consumers(&state.subscribers, &next, link, consumers);
+    adopt(state, next, new);
+    info!(added, removed, restarted, "config reloaded");
+}
+
+/// Stops the consumers of removed subscriptions and starts those of added and changed ones
+/// (the old consumer of a changed one drains); unchanged ones keep running untouched.
+/// Returns how many were added, removed and restarted.
+fn switch_consumers(
+    running: &HashMap<String, Arc<Subscriber>>,
+    next: &HashMap<String, Arc<Subscriber>>,
+    link: &Link,
+    consumers: &mut Consumers,
+) -> (u32, u32, u32) {
     let (mut added, mut removed, mut restarted) = (0, 0, 0);
-    for queue in state.subscribers.keys() {
+    for queue in running.keys() {
         if !next.contains_key(queue) {
             info!(queue, "subscription removed: stopping its consumer");
             consumers.stop(queue);
             removed += 1;
         }
     }
-    for (queue, subscriber) in &next {
-        match state.subscribers.get(queue) {
+    for (queue, subscriber) in next {
+        match running.get(queue) {
             Some(old) if Arc::ptr_eq(old, subscriber) => {}
             Some(_) => {
                 info!(queue, "subscription changed: restarting its consumer");
@@ -75,10 +87,15 @@ pub(super) async fn apply_config_change(state: &mut State, link: &Link, consumer
             }
         }
     }
+    (added, removed, restarted)
+}
+
+/// Makes `new` the running config with `next` as its subscribers, and drops the plugins only
+/// the old config used.
+fn adopt(state: &mut State, next: HashMap<String, Arc<Subscriber>>, new: Config) {
     state.subscribers = next;
     state.config = new;
     prune_plugins(state);
-    info!(added, removed, restarted, "config reloaded");
 }
 
 /// Reads worker.toml again. Sections the running service cannot change in place keep their
