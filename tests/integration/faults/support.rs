@@ -13,7 +13,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection};
 
 use crate::common;
-use crate::service::support::{SCRIPT, depth, rabbitmqctl};
+use crate::service::support::{Names, SCRIPT, depth, rabbitmqctl};
 
 /// Indexes of `retry_then_ok` bodies start here.
 pub const RETRY_THEN_OK: u32 = 2_000_000;
@@ -28,35 +28,24 @@ pub fn script() -> Vec<u8> {
     wat::parse_str(SCRIPT).expect("script.wat parses")
 }
 
-/// One test's private topology: subscription Q (and Q2 when asked) on the script plugin, a
-/// collector queue `seen` behind the fanout exchange `out`.
-pub struct Faults {
-    pub p: String,
+/// One test's private topology: the names of the service tests (Q, `master`, `out`, `seen`,
+/// `Q@failed`) plus a second subscription Q2, retry queues of any delay, and a config with any
+/// broker URL.
+pub struct Faults(Names);
+
+impl std::ops::Deref for Faults {
+    type Target = Names;
+    fn deref(&self) -> &Names {
+        &self.0
+    }
 }
 
 impl Faults {
     pub fn new(test: &str) -> Faults {
-        Faults {
-            p: common::unique(test),
-        }
-    }
-    pub fn q(&self) -> String {
-        format!("{}.q", self.p)
+        Faults(Names::new(test))
     }
     pub fn q2(&self) -> String {
         format!("{}.q2", self.p)
-    }
-    pub fn master(&self) -> String {
-        format!("{}.master", self.p)
-    }
-    pub fn out(&self) -> String {
-        format!("{}.out", self.p)
-    }
-    pub fn seen(&self) -> String {
-        format!("{}.seen", self.p)
-    }
-    pub fn failed(&self) -> String {
-        format!("{}.q@failed", self.p)
     }
     pub fn retry(&self, delay: &str) -> String {
         format!("{}.q@retry.{delay}", self.p)
