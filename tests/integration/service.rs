@@ -80,7 +80,8 @@ async fn start_with_a_loop_in_flight(
 async fn sigterm_under_load_drains_acks_once_and_exits_0() {
     // Message 0 loops until its timeout: it is in flight when SIGTERM comes, so the drain must
     // wait for it, then park it (confirmed) and ack it.
-    const SLOW: Duration = Duration::from_secs(10);
+    // Long enough that rabbitmqctl, slow on a busy machine, closes the connection mid-call.
+    const SLOW: Duration = Duration::from_secs(24);
     let n = Names::new("sigterm");
     let extra = format!("{LOAD}\ntimeout = \"{}s\"", SLOW.as_secs());
     let (_dir, conn, mut host) = start_with_a_loop_in_flight(&n, &extra).await;
@@ -303,7 +304,8 @@ async fn several_broker_urls_are_tried_in_turn() {
 /// runs alongside other tests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_is_noticed_and_consuming_resumes() {
-    const SLOW: Duration = Duration::from_secs(10);
+    // Long enough that rabbitmqctl, slow on a busy machine, closes the connection mid-call.
+    const SLOW: Duration = Duration::from_secs(24);
     let n = Names::new("dropped");
     let addr = free_addr();
     let extra = format!(
