@@ -10,68 +10,36 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable};
 use worker_host::outcome;
 
 use crate::common::{self, Service, headers_of, wait_get};
+use crate::faults::support::{Faults, script};
 use crate::forwarder::Forwarder;
 use crate::raw_amqp::{self, RawProps, RawPublisher, Target};
 
-const SCRIPT: &str = include_str!("fixtures/script.wat");
 /// Normal messages published around each poison message.
 const NORMAL: u32 = 200;
 /// Not UTF-8 either, and kept byte for byte.
 const POISON_BODY: &[u8] = b"o poison \xff\x00\xfe body";
 
-/// One test's private topology.
-struct Names {
-    p: String,
-}
+/// One test's private topology: the fault tests' names, retries after 200 ms.
+struct Names(Faults);
 
 impl Names {
     fn new(test: &str) -> Names {
-        Names {
-            p: common::unique(test),
-        }
+        Names(Faults::new(test))
     }
-    fn q(&self) -> String {
-        format!("{}.q", self.p)
-    }
-    fn master(&self) -> String {
-        format!("{}.master", self.p)
-    }
-    fn out(&self) -> String {
-        format!("{}.out", self.p)
-    }
-    fn seen(&self) -> String {
-        format!("{}.seen", self.p)
-    }
-    fn failed(&self) -> String {
-        format!("{}.q@failed", self.p)
+    fn toml(&self, url: &str, extra: &str) -> String {
+        self.0
+            .toml(url, None, &format!("retry_delays = [\"200ms\"]\n{extra}"))
     }
     fn retry(&self) -> String {
-        format!("{}.q@retry.200ms", self.p)
-    }
-
-    /// The script plugin on `q`, publishing to the fanout `out` whose queue `seen` collects
-    /// what the plugin handled; the broker reached through `url`.
-    fn toml(&self, url: &str, extra: &str) -> String {
-        format!(
-            "[broker]\nurl = \"{url}\"\n\n\
-             [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
-             [[exchange]]\nname = \"{p}.out\"\ntype = \"fanout\"\n\n\
-             [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"\" }}]\n\n\
-             [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"script.wasm\"\npublish = [\"{p}.out\"]\n\
-             retry_delays = [\"200ms\"]\n{extra}\n",
-            p = self.p,
-        )
-    }
-
-    async fn cleanup(&self) {
-        let queues = [self.q(), self.failed(), self.retry(), self.seen()];
-        let exchanges = ["master", "retry", "failed", "out"].map(|e| format!("{}.{e}", self.p));
-        common::cleanup(&queues, &exchanges).await;
+        self.0.retry("200ms")
     }
 }
 
-fn script() -> Vec<u8> {
-    wat::parse_str(SCRIPT).expect("script.wat parses")
+impl std::ops::Deref for Names {
+    type Target = Faults;
+    fn deref(&self) -> &Faults {
+        &self.0
+    }
 }
 
 /// Publishes `poison` (a raw property list) among `NORMAL` good messages, and checks that the

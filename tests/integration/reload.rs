@@ -173,18 +173,14 @@ async fn plugin_swapped_ten_times_under_a_stream_of_2000_messages() {
 
 #[tokio::test]
 async fn bad_files_keep_the_running_version_and_editor_saves_work() {
-    let n = Names::new("reload-bad");
-    let port = free_port();
-    let toml = format!(
-        "{}[admin]\nlisten = \"127.0.0.1:{port}\"\n\n{}",
-        n.topology_toml(),
-        n.sub_toml(&n.q(), "key", "max_retries = 0")
-    );
-    let svc = Service::start(&toml, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
-    let plugin = svc.dir.path().join("plugins/hot.wasm");
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &n.q()).await;
-    assert_eq!(probe(&ch, &n, "start").await, 0);
+    let Hot {
+        n,
+        port,
+        svc,
+        plugin,
+        conn: _conn,
+        ch,
+    } = Hot::start("reload-bad").await;
 
     let refused = reloads(port, "failed").await;
     write_in_place(&plugin, b"this is not wasm at all");

@@ -8,11 +8,10 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
-use lapin::options::BasicPublishOptions;
-use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection};
+use lapin::Connection;
 
 use crate::common;
+pub use crate::service::support::publish_to;
 use crate::service::support::{Names, SCRIPT, depth, rabbitmqctl};
 
 /// Indexes of `retry_then_ok` bodies start here.
@@ -104,44 +103,6 @@ fn queues_of(p: &str) -> Vec<String> {
         }
     }
     queues
-}
-
-/// Publishes (key, body, exchange the plugin should publish to) through `exchange`, confirmed.
-pub async fn publish_to(
-    conn: &Connection,
-    exchange: &str,
-    messages: impl IntoIterator<Item = (String, Vec<u8>, String)>,
-) {
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default())
-        .await
-        .expect("confirms");
-    let mut confirms = Vec::new();
-    for (key, body, to) in messages {
-        let mut h = FieldTable::default();
-        h.insert("pub-exchange".into(), worker_host::outcome::text(&to));
-        let props = BasicProperties::default()
-            .with_headers(h)
-            .with_delivery_mode(2);
-        let confirm = ch
-            .basic_publish(
-                exchange.into(),
-                key.as_str().into(),
-                BasicPublishOptions::default(),
-                &body,
-                props,
-            )
-            .await
-            .expect("publish");
-        confirms.push(confirm);
-    }
-    for confirm in confirms {
-        assert!(
-            confirm.await.expect("confirm").is_ack(),
-            "broker refused a publish"
-        );
-    }
-    let _ = ch.close(200, "published".into()).await;
 }
 
 /// Takes every message of a failed queue: (index, headers as text).

@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use crate::common::{self, Service};
-
 use super::support::*;
 
 /// Peak resident memory of this process since the last reset, in bytes.
@@ -26,18 +24,14 @@ fn reset_peak_rss() {
 
 #[tokio::test]
 async fn a_huge_or_foreign_file_is_refused_unread_and_the_running_version_stays() {
-    let n = Names::new("reload-huge");
-    let port = free_port();
-    let toml = format!(
-        "{}[admin]\nlisten = \"127.0.0.1:{port}\"\n\n{}",
-        n.topology_toml(),
-        n.sub_toml(&n.q(), "key", "max_retries = 0")
-    );
-    let svc = Service::start(&toml, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
-    let plugin = svc.dir.path().join("plugins/hot.wasm");
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &n.q()).await;
-    assert_eq!(probe(&ch, &n, "start").await, 0);
+    let Hot {
+        n,
+        port,
+        svc,
+        plugin,
+        conn: _conn,
+        ch,
+    } = Hot::start("reload-huge").await;
 
     // A sparse 1GiB file (the default max_plugin_size is 256MiB) renamed over the plugin.
     // Reading it would take 1GiB; the peak is measured, since a buffer freed after a refusal

@@ -116,24 +116,34 @@ pub fn index_of(body: &[u8]) -> u32 {
 
 /// Publishes every body to Q (through master, key Q), pipelined: all sends, then all confirms.
 pub async fn publish_all(conn: &Connection, n: &Names, bodies: impl IntoIterator<Item = Vec<u8>>) {
+    let messages = bodies.into_iter().map(|body| (n.q(), body, n.out()));
+    publish_to(conn, &n.master(), messages).await;
+}
+
+/// Publishes (key, body, exchange the plugin should publish to) through `exchange`, confirmed.
+pub async fn publish_to(
+    conn: &Connection,
+    exchange: &str,
+    messages: impl IntoIterator<Item = (String, Vec<u8>, String)>,
+) {
     let ch = conn.create_channel().await.expect("channel");
     ch.confirm_select(Default::default())
         .await
         .expect("confirms");
-    let mut h = FieldTable::default();
-    h.insert("pub-exchange".into(), outcome::text(&n.out()));
-    let props = BasicProperties::default()
-        .with_headers(h)
-        .with_delivery_mode(2);
     let mut confirms = Vec::new();
-    for body in bodies {
+    for (key, body, to) in messages {
+        let mut h = FieldTable::default();
+        h.insert("pub-exchange".into(), outcome::text(&to));
+        let props = BasicProperties::default()
+            .with_headers(h)
+            .with_delivery_mode(2);
         let confirm = ch
             .basic_publish(
-                n.master().as_str().into(),
-                n.q().as_str().into(),
+                exchange.into(),
+                key.as_str().into(),
                 BasicPublishOptions::default(),
                 &body,
-                props.clone(),
+                props,
             )
             .await
             .expect("publish");
