@@ -103,7 +103,12 @@ pub enum PublishError {
     /// The channel was closed by a channel-level error: this publish's own (a missing exchange)
     /// or another one's on the same channel; the connection is fine.
     #[error("publish to {exchange:?} refused: {text}")]
-    ChannelClosed { exchange: String, text: String },
+    ChannelClosed {
+        exchange: String,
+        text: String,
+        /// The broker's 404: the exchange (or, for our own routes, a queue) is missing.
+        not_found: bool,
+    },
     /// The connection is gone (or the channel closed for a reason of its own).
     #[error("publishing to {exchange:?}: {text}")]
     Broken { exchange: String, text: String },
@@ -113,7 +118,7 @@ impl PublishError {
     /// The broker's 404: the exchange (or, for our own routes, a queue) is missing.
     pub fn is_not_found(&self) -> bool {
         match self {
-            PublishError::ChannelClosed { text, .. } => text.starts_with("NOT_FOUND"),
+            PublishError::ChannelClosed { not_found, .. } => *not_found,
             _ => false,
         }
     }
@@ -122,7 +127,11 @@ impl PublishError {
         let exchange = exchange.to_string();
         let text = describe(err);
         if is_channel_error(err) {
-            PublishError::ChannelClosed { exchange, text }
+            PublishError::ChannelClosed {
+                exchange,
+                text,
+                not_found: is_not_found(err),
+            }
         } else {
             PublishError::Broken { exchange, text }
         }
@@ -240,6 +249,7 @@ impl Publisher {
             Ok(false) => Err(PublishError::ChannelClosed {
                 exchange: exchange.to_string(),
                 text: format!("NOT_FOUND - no exchange '{exchange}'"),
+                not_found: true,
             }),
             // Opening the probe can fail with another channel's error: not this message's fault.
             Err(err) => Err(PublishError::Broken {
