@@ -273,3 +273,16 @@ pub async fn wait_get(
     })
     .await
 }
+
+/// Publishes to `queue` (through `exchange`) a message the script plugin retries on every call
+/// ("r0"), carrying `headers`, and returns the headers of its copy parked in `failed`.
+pub async fn retried_until_parked(
+    ch: &lapin::Channel,
+    (exchange, queue, failed): (&str, &str, &str),
+    headers: lapin::types::FieldTable,
+    timeout: Duration,
+) -> std::collections::BTreeMap<String, String> {
+    let props = lapin::BasicProperties::default().with_headers(headers);
+    publish(ch, exchange, queue, b"r0", props).await;
+    headers_of(&wait_get(ch, failed, timeout).await)
+}

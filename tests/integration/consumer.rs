@@ -346,16 +346,9 @@ async fn x_death_of_a_seed_retry_queue_counts_as_calls_made() {
         ),
     );
     // Two calls already made, so this is call 3 = max_retries + 1: a retry parks it.
-    common::publish(
-        &ch,
-        &n.master(),
-        &n.q(),
-        b"r0",
-        BasicProperties::default().with_headers(h),
-    )
-    .await;
-    let got = wait_get(&ch, &n.failed(), Duration::from_secs(10)).await;
-    let h = headers_of(&got);
+    let queues = (n.master(), n.q(), n.failed());
+    let route = (queues.0.as_str(), queues.1.as_str(), queues.2.as_str());
+    let h = common::retried_until_parked(&ch, route, h, Duration::from_secs(10)).await;
     assert_eq!(h["worker-failed-reason"], "retries-exhausted");
     assert_eq!(h["worker-attempts"], "3");
     svc.stop().await;

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldArray, FieldTable};
 use worker_host::outcome;
 
@@ -210,18 +209,9 @@ async fn a_malformed_x_death_cannot_wedge_the_retry_queue() {
     h.insert("x-first-death-queue".into(), outcome::text("elsewhere"));
     h.insert("x-last-death-reason".into(), outcome::text("expired"));
     h.insert("mine".into(), outcome::text("kept"));
-    // 'r0': retry on every call.
-    common::publish(
-        &ch,
-        &n.master(),
-        &n.q(),
-        b"r0",
-        BasicProperties::default().with_headers(h),
-    )
-    .await;
-
-    let parked = wait_get(&ch, &n.failed(), Duration::from_secs(30)).await;
-    let h = headers_of(&parked);
+    let queues = (n.master(), n.q(), n.failed());
+    let route = (queues.0.as_str(), queues.1.as_str(), queues.2.as_str());
+    let h = common::retried_until_parked(&ch, route, h, Duration::from_secs(30)).await;
     assert_eq!(h["worker-failed-reason"], "retries-exhausted");
     assert_eq!(h["worker-attempts"], "4");
     assert_eq!(h["mine"], "kept");

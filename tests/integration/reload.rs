@@ -173,14 +173,7 @@ async fn plugin_swapped_ten_times_under_a_stream_of_2000_messages() {
 
 #[tokio::test]
 async fn bad_files_keep_the_running_version_and_editor_saves_work() {
-    let Hot {
-        n,
-        port,
-        svc,
-        plugin,
-        conn: _conn,
-        ch,
-    } = Hot::start("reload-bad").await;
+    let (n, port, svc, plugin, _conn, ch) = start_hot("reload-bad").await;
 
     let refused = reloads(port, "failed").await;
     write_in_place(&plugin, b"this is not wasm at all");

@@ -24,14 +24,7 @@ fn reset_peak_rss() {
 
 #[tokio::test]
 async fn a_huge_or_foreign_file_is_refused_unread_and_the_running_version_stays() {
-    let Hot {
-        n,
-        port,
-        svc,
-        plugin,
-        conn: _conn,
-        ch,
-    } = Hot::start("reload-huge").await;
+    let (n, port, svc, plugin, _conn, ch) = start_hot("reload-huge").await;
 
     // A sparse 1GiB file (the default max_plugin_size is 256MiB) renamed over the plugin.
     // Reading it would take 1GiB; the peak is measured, since a buffer freed after a refusal

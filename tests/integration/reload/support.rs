@@ -340,39 +340,31 @@ pub(super) fn save_config(dir: &Path, text: &str) -> PathBuf {
     path
 }
 
-/// A service whose one subscription runs `hot.wasm` (version 0), with the admin endpoint on
-/// `port`, consuming and answering: the start of the hot-reload tests.
-pub struct Hot {
-    pub n: Names,
-    pub port: u16,
-    pub svc: crate::common::Service,
-    pub plugin: PathBuf,
-    pub conn: lapin::Connection,
-    pub ch: lapin::Channel,
-}
+/// What `start_hot` returns: the names, the admin port, the service, the plugin file, and a
+/// connection with a channel for probing.
+pub type Hot = (
+    Names,
+    u16,
+    crate::common::Service,
+    PathBuf,
+    lapin::Connection,
+    lapin::Channel,
+);
 
-impl Hot {
-    pub async fn start(test: &str) -> Hot {
-        let n = Names::new(test);
-        let port = free_port();
-        let toml = format!(
-            "{}[admin]\nlisten = \"127.0.0.1:{port}\"\n\n{}",
-            n.topology_toml(),
-            n.sub_toml(&n.q(), "key", "max_retries = 0")
-        );
-        let svc =
-            crate::common::Service::start(&toml, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
-        let plugin = svc.dir.path().join("plugins/hot.wasm");
-        let (conn, ch) = common::channel().await;
-        common::wait_consuming(&conn, &n.q()).await;
-        assert_eq!(probe(&ch, &n, "start").await, 0);
-        Hot {
-            n,
-            port,
-            svc,
-            plugin,
-            conn,
-            ch,
-        }
-    }
+/// A service whose one subscription runs `hot.wasm` (version 0), with the admin endpoint on a
+/// free port, consuming and answering: the start of the hot-reload tests.
+pub async fn start_hot(test: &str) -> Hot {
+    let n = Names::new(test);
+    let port = free_port();
+    let toml = format!(
+        "{}[admin]\nlisten = \"127.0.0.1:{port}\"\n\n{}",
+        n.topology_toml(),
+        n.sub_toml(&n.q(), "key", "max_retries = 0")
+    );
+    let svc = crate::common::Service::start(&toml, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
+    let plugin = svc.dir.path().join("plugins/hot.wasm");
+    let (conn, ch) = common::channel().await;
+    common::wait_consuming(&conn, &n.q()).await;
+    assert_eq!(probe(&ch, &n, "start").await, 0);
+    (n, port, svc, plugin, conn, ch)
 }
