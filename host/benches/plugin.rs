@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use worker_host::plugin::{Answer, Input, Limits, Meta, PublishPolicy, Runtime, RuntimeConfig};
+use worker_host::plugin::{
+    Answer, Input, Instances, Limits, Meta, PublishPolicy, Runtime, RuntimeConfig,
+};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = format!("{}/tests/fixtures/{name}.wat", env!("CARGO_MANIFEST_DIR"));
@@ -43,6 +45,8 @@ fn per_message(c: &mut Criterion) {
     let runtime = Runtime::new(&RuntimeConfig {
         max_instances: 16,
         max_memory: 64 << 20,
+        cache_dir: None,
+        compiler_exe: None,
     })
     .expect("runtime");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -53,6 +57,7 @@ fn per_message(c: &mut Criterion) {
     let limits = Limits {
         timeout: Duration::from_secs(10),
         memory_limit: 64 << 20,
+        instance: Instances::Fresh,
     };
 
     let ok = runtime

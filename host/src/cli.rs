@@ -55,6 +55,17 @@ pub enum Command {
         #[command(subcommand)]
         command: FailedCommand,
     },
+    /// Compile a component for a running host, wasm on stdin, artifact on stdout (the host
+    /// runs this in a child process so the compiler's memory never stays in the service).
+    #[command(name = "compile-plugin", hide = true)]
+    CompilePlugin {
+        /// The host's instance pool size.
+        #[arg(long)]
+        max_instances: u32,
+        /// The host's largest memory limit, in bytes.
+        #[arg(long)]
+        max_memory: u64,
+    },
     /// Create a new Rust plugin crate in the plugins folder.
     NewPlugin {
         /// The plugin's name (letters, digits, '-' and '_').

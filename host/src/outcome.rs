@@ -47,8 +47,13 @@ impl FailedReason {
 pub enum Decision {
     /// Publish what the handler buffered, then ack.
     Ack,
-    /// Send it round retry number `retry` (1-based), then ack.
-    Retry { retry: u32, cause: String },
+    /// Send it round retry number `retry` (1-based), then ack. `after`: the delay the handler
+    /// asked for (through the delay levels), instead of the subscription's `retry_delays`.
+    Retry {
+        retry: u32,
+        cause: String,
+        after: Option<std::time::Duration>,
+    },
     /// Park it in `<queue>@failed`, then ack.
     Park { reason: FailedReason, cause: String },
 }
@@ -93,6 +98,7 @@ pub fn retry_or_park(cause: String, attempt: u32, max_retries: u32) -> Decision 
         Decision::Retry {
             retry: attempt,
             cause,
+            after: None,
         }
     }
 }
@@ -316,7 +322,8 @@ mod tests {
             decide(&Ok(Answer::Retry), Some("later"), 2, 3),
             Decision::Retry {
                 retry: 2,
-                cause: "later".into()
+                cause: "later".into(),
+                after: None,
             }
         );
         assert!(matches!(

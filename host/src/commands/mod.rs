@@ -37,12 +37,30 @@ pub async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Topology { config, apply } => topology(&config.path, apply).await,
         Command::Publish(args) => publish(args).await,
         Command::Failed { command } => failed::run(command).await,
+        Command::CompilePlugin {
+            max_instances,
+            max_memory,
+        } => compile_plugin(max_instances, max_memory),
         Command::NewPlugin { name, dir } => {
             let path = crate::scaffold::new_plugin(&dir, &name)?;
             say!("created {}", path.display());
             Ok(())
         }
     }
+}
+
+/// The compiler child process: wasm on stdin, the compiled artifact on stdout.
+fn compile_plugin(max_instances: u32, max_memory: u64) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut wasm = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut wasm)
+        .context("reading the component from stdin")?;
+    let artifact = crate::plugin::compile_for_parent(max_instances, max_memory, &wasm)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&artifact)
+        .and_then(|()| out.flush())
+        .context("writing the compiled component to stdout")
 }
 
 /// Validates the config and compiles every plugin, reporting every bad plugin at once.
@@ -58,8 +76,9 @@ async fn check(path: &Path) -> anyhow::Result<()> {
         }
         match runtime.load_file_async(&sub.plugin_path).await {
             Ok(plugin) => say!(
-                "plugin {} ok (sha256 {})",
+                "plugin {} ok ({}, sha256 {})",
                 plugin.name(),
+                plugin.abi(),
                 plugin.short_sha()
             ),
             Err(err) => problems.push(format!("{err:#}")),

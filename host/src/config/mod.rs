@@ -37,6 +37,16 @@ pub struct Config {
     /// `[[queue]]` tables.
     pub queues_extra: Vec<QueueDecl>,
     pub delay: Option<DelayConfig>,
+    /// `[state] dir`, resolved against the folder of worker.toml: compiled plugins, embedded
+    /// stores.
+    pub state_dir: PathBuf,
+}
+
+impl Config {
+    /// Where compiled components are cached.
+    pub fn compiled_dir(&self) -> PathBuf {
+        self.state_dir.join("compiled")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +118,10 @@ pub struct Subscription {
     pub publish: Vec<String>,
     /// `[subscription.config]` as JSON; `{}` when absent.
     pub config: serde_json::Value,
+    /// A fresh instance per message, or one reused for a run of messages (components).
+    pub instance: InstanceMode,
+    /// Messages one reused instance serves before it is replaced.
+    pub instance_max_messages: u32,
 }
 
 /// One retry delay; the text is kept because it names the retry queue.
@@ -154,6 +168,15 @@ pub fn failed_queue_name(queue: &str) -> String {
 /// `Q@retry.<delay text>`.
 pub fn retry_queue_name(queue: &str, delay_text: &str) -> String {
     format!("{queue}@retry.{delay_text}")
+}
+
+/// `instance`: how a component's instances serve messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceMode {
+    #[default]
+    Fresh,
+    Reuse,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

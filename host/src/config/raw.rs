@@ -5,10 +5,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::units::{
-    BrokerUrl, ByteSize, Concurrency, DelayLevels, DurationText, MaxLength, MaxRetries, Name,
-    Prefetch, RoutingKey,
+    BrokerUrl, ByteSize, Concurrency, DelayLevels, DurationText, InstanceMaxMessages, MaxLength,
+    MaxRetries, Name, Prefetch, RoutingKey,
 };
-use super::{ExchangeType, QueueType};
+use super::{ExchangeType, InstanceMode, QueueType};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -25,6 +25,13 @@ pub struct RawConfig {
     #[serde(default, rename = "queue")]
     pub queues_extra: Vec<RawQueue>,
     pub delay: Option<RawDelay>,
+    pub state: Option<RawState>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawState {
+    pub dir: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,6 +96,8 @@ macro_rules! with_settings {
             pub max_message_size: Option<Spanned<ByteSize>>,
             pub queue_type: Option<QueueType>,
             pub publish: Option<Vec<Spanned<Name>>>,
+            pub instance: Option<InstanceMode>,
+            pub instance_max_messages: Option<InstanceMaxMessages>,
         }
     };
 }

@@ -191,6 +191,10 @@ bounded!(
     DelayLevels(u8), "delay levels", 1, 29
 );
 bounded!(
+    /// Messages one reused instance serves before it is replaced.
+    InstanceMaxMessages(u32), "instance_max_messages", 1, 1_000_000
+);
+bounded!(
     /// x-max-length of a queue.
     MaxLength(u64), "max_length", 0, i64::MAX
 );

@@ -28,10 +28,10 @@ use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 use crate::broker::{self, Publisher};
-use crate::config::{Exchanges, Subscription};
+use crate::config::{Exchanges, InstanceMode, Subscription};
 use crate::delay::Delayer;
 use crate::metrics::{Metrics, QueueMetrics};
-use crate::plugin::{Limits, Plugin, PublishPolicy};
+use crate::plugin::{Instances, Limits, Plugin, PublishPolicy};
 use crate::topology::Keeper;
 
 /// What a consumer uses of its connection: the connection itself, the shared confirm-mode
@@ -78,6 +78,12 @@ impl Subscriber {
         let limits = Limits {
             timeout: sub.timeout,
             memory_limit: sub.memory_limit,
+            instance: match sub.instance {
+                InstanceMode::Fresh => Instances::Fresh,
+                InstanceMode::Reuse => Instances::Reuse {
+                    max_messages: sub.instance_max_messages,
+                },
+            },
         };
         let metrics = metrics.for_queue(&sub.queue);
         Subscriber {

@@ -17,6 +17,7 @@ use super::acks::Acks;
 use super::delivery::{ChannelDeath, Received, identity};
 use super::{Link, Subscriber};
 use crate::broker::{self, PERSISTENT, PublishError};
+use crate::delay::Delayer;
 use crate::metrics::Settled;
 use crate::outcome::{self, Decision, FailedReason, Stamp};
 use crate::plugin::{Input, Plugin, Publish};
@@ -65,12 +66,15 @@ impl Subscriber {
                 };
                 drop(in_flight);
                 invocation.emit_logs(&plugin, &self.sub.queue);
-                let decision = outcome::decide(
+                let mut decision = outcome::decide(
                     &invocation.answer,
                     invocation.reason.as_deref(),
                     input.meta.attempt,
                     self.sub.max_retries,
                 );
+                if let Decision::Retry { after, .. } = &mut decision {
+                    *after = invocation.retry_after;
+                }
                 (decision, invocation.publishes, Some(invocation.elapsed))
             }
         };
@@ -168,7 +172,20 @@ impl Subscriber {
         };
         let (exchange, key, cause, failed) = match &decision {
             Decision::Ack => return Ok(Decision::Ack),
-            Decision::Retry { retry, cause } => {
+            Decision::Retry {
+                retry,
+                cause,
+                after,
+            } => {
+                if let (Some(after), Some(delayer)) = (after, &self.delayer) {
+                    let props = republished(
+                        &received.properties,
+                        &self.stamp(received, cause, plugin, None),
+                    );
+                    self.retry_after(link, delayer, *after, &input.body, props)
+                        .await?;
+                    return Ok(decision);
+                }
                 let delay = self.sub.delay_for_retry(*retry);
                 let key = self.sub.retry_queue_name(delay);
                 (self.exchanges.retry.as_str(), key, cause, None)
@@ -178,17 +195,53 @@ impl Subscriber {
                 (self.exchanges.failed.as_str(), key, cause, Some(*reason))
             }
         };
-        let stamp = Stamp {
+        let props = republished(
+            &received.properties,
+            &self.stamp(received, cause, plugin, failed),
+        );
+        republish(link, exchange, &key, &input.body, props).await?;
+        Ok(decision)
+    }
+
+    fn stamp<'a>(
+        &self,
+        received: &'a Received,
+        cause: &'a str,
+        plugin: &'a Plugin,
+        failed: Option<FailedReason>,
+    ) -> Stamp<'a> {
+        Stamp {
             routing_key: &received.routing_key,
             attempts: received.calls,
             cause,
             plugin: plugin.name(),
             plugin_sha256: plugin.sha256(),
             failed,
-        };
-        let props = republished(&received.properties, &stamp);
-        republish(link, exchange, &key, &input.body, props).await?;
-        Ok(decision)
+        }
+    }
+
+    /// A retry the handler asked to come back after `after`: through the delay levels straight
+    /// to this queue (by the default exchange), so any delay works without a retry queue.
+    async fn retry_after(
+        &self,
+        link: &Link,
+        delayer: &Delayer,
+        after: Duration,
+        body: &[u8],
+        props: BasicProperties,
+    ) -> Result<(), PublishError> {
+        let channel = link.publisher.confirm_channel().await?;
+        let after = after.min(delayer.max_delay());
+        delayer
+            .publish(&channel, "", &self.sub.queue, body, props, after)
+            .await
+            .map_err(|err| match err.downcast_ref::<PublishError>() {
+                Some(err) => err.clone(),
+                None => PublishError::Broken {
+                    exchange: String::new(),
+                    text: format!("{err:#}"),
+                },
+            })
     }
 
     /// Acks once published; otherwise leaves the message for the broker to redeliver.
@@ -232,8 +285,22 @@ impl Subscriber {
         self.metrics.handled(settled_as(&decision), elapsed);
         match &decision {
             Decision::Ack => debug!(queue, message_id, attempt, "handled"),
-            Decision::Retry { retry, cause } => {
-                let delay = &self.sub.delay_for_retry(*retry).text;
+            Decision::Retry {
+                retry,
+                cause,
+                after,
+            } => {
+                let delay = match (after, &self.delayer) {
+                    (Some(after), Some(_)) => humantime::format_duration(*after).to_string(),
+                    (Some(_), None) => {
+                        warn!(
+                            queue,
+                            "the handler asked for a retry delay, but [delay] is off: retry_delays apply"
+                        );
+                        self.sub.delay_for_retry(*retry).text.clone()
+                    }
+                    (None, _) => self.sub.delay_for_retry(*retry).text.clone(),
+                };
                 warn!(queue, message_id, attempt, plugin = %sha, delay = %delay, cause = %cause, "retry");
             }
             Decision::Park { reason, cause } => {
@@ -289,6 +356,16 @@ impl Subscriber {
         p: &Publish,
     ) -> Result<(), PublishError> {
         let mut props = BasicProperties::default().with_delivery_mode(PERSISTENT);
+        if let Some(content_type) = &p.content_type {
+            props = props.with_content_type(content_type.as_str().into());
+        }
+        if !p.headers.is_empty() {
+            let mut headers = lapin::types::FieldTable::default();
+            for (name, value) in &p.headers {
+                headers.insert(name.as_str().into(), outcome::text(value));
+            }
+            props = props.with_headers(headers);
+        }
         let meta = &input.meta;
         if let Some(id) = meta
             .correlation_id

@@ -3,7 +3,6 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
-use std::time::Duration;
 
 use wasmtime::{Caller, Extern, ExternType, FuncType, Linker, Module, ModuleExport};
 use worker_abi::export::{self, ExportKind};
@@ -13,6 +12,7 @@ use worker_abi::{
 };
 
 use super::error::{GuestFault, LoadError};
+use super::pending::{Refused, delay_of};
 use super::state::{State, bounded_text};
 use super::{LogLevel, LogSource, Meta, Publish};
 
@@ -351,64 +351,30 @@ fn add_publishing(linker: &mut Linker<State>) -> wasmtime::Result<()> {
 
 /// Buffers one publish if the policy allows it; returns the ABI code.
 fn publish(st: &mut State, exchange: &[u8], key: &[u8], body: &[u8], delay_ms: i64) -> i32 {
-    use PublishRefusal::*;
-    let policy = &st.input.publish;
     let (Ok(exchange), Ok(key)) = (std::str::from_utf8(exchange), std::str::from_utf8(key)) else {
-        return refuse(st, "?", Invalid, "exchange or routing key is not UTF-8");
-    };
-    if exchange.len() > limits::MAX_NAME_LEN || key.len() > limits::MAX_NAME_LEN {
-        let why = format!(
-            "exchange or routing key longer than {} bytes",
-            limits::MAX_NAME_LEN
-        );
-        return refuse(st, exchange, Invalid, &why);
-    }
-    if !policy.allowed_exchanges.iter().any(|e| e == exchange) {
         return refuse(
             st,
-            exchange,
-            ExchangeNotAllowed,
-            "exchange not in this subscription's `publish` list",
+            "?",
+            PublishRefusal::Invalid,
+            "exchange or routing key is not UTF-8",
         );
-    }
-    let delay = match publish_delay(policy.max_delay, delay_ms) {
-        Ok(delay) => delay,
-        Err(why) => return refuse(st, exchange, DelayRefused, why),
     };
-    if st.publishes.len() >= policy.max_messages {
-        let why = format!("more than {} messages for one call", policy.max_messages);
-        return refuse(st, exchange, TooManyMessages, &why);
-    }
-    let bytes = key.len() + body.len();
-    if st.publish_bytes + bytes > policy.max_total_bytes {
-        let why = format!("more than {} bytes for one call", policy.max_total_bytes);
-        return refuse(st, exchange, TooManyBytes, &why);
-    }
-    st.publish_bytes += bytes;
-    st.publishes.push(Publish {
+    let delay = match delay_of(delay_ms) {
+        Ok(delay) => delay,
+        Err(Refused { refusal, why }) => return refuse(st, exchange, refusal, &why),
+    };
+    let publish = Publish {
         exchange: exchange.to_string(),
         routing_key: key.to_string(),
         body: body.to_vec(),
         delay,
-    });
-    PUBLISH_ACCEPTED
-}
-
-/// The delay a publish asks for: none for zero, else within the subscription's maximum (there
-/// is none when delayed delivery is off). Err says why it is refused.
-fn publish_delay(
-    max_delay: Option<Duration>,
-    delay_ms: i64,
-) -> Result<Option<Duration>, &'static str> {
-    let d = match delay_ms {
-        0 => return Ok(None),
-        d if d < 0 => return Err("negative delay"),
-        d => Duration::from_millis(d as u64),
+        content_type: None,
+        headers: Vec::new(),
     };
-    match max_delay {
-        None => Err("delayed delivery is not enabled"),
-        Some(max) if d > max => Err("delay longer than the maximum"),
-        Some(_) => Ok(Some(d)),
+    let input = st.input.clone();
+    match st.pending.push(&input.publish, publish) {
+        Ok(()) => PUBLISH_ACCEPTED,
+        Err(Refused { refusal, why }) => refuse(st, exchange, refusal, &why),
     }
 }
 

@@ -1,32 +1,32 @@
-//! The process-wide wasmtime engine (pooling allocator, epoch ticker),
-//! loading plugin versions, and running one handler call per message.
+//! The process-wide wasmtime engine (pooling allocator, epoch ticker) and loading plugin
+//! versions: core modules (ABI v1) compiled in place, components (ABI v2) through the cache.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
+use wasmtime::component::Linker as ComponentLinker;
 use wasmtime::{
-    Config, Enabled, Engine, Extern, InstanceAllocationStrategy, InstancePre, Linker, Module,
-    ModuleExport, PoolingAllocationConfig, Store, Strategy, UpdateDeadline,
+    Config, Enabled, Engine, InstanceAllocationStrategy, Linker, Module, PoolingAllocationConfig,
+    Strategy,
 };
 
-use worker_abi::{export, limits};
+use worker_abi::limits;
 
 use super::abi::{self, Checked};
-use super::error::{DeadlineHit, HandlerError, LoadError, chain_text, classify};
+use super::cache::Compiler;
+use super::component::{self, ComponentPlugin, state::CState};
+use super::error::{LoadError, chain_text};
+use super::module::ModulePlugin;
 use super::state::State;
-use super::{Answer, Input, Invocation, Limits};
+use super::version::{Kind, Plugin};
 
 /// How often the epoch advances: the granularity of timeouts and of a long
 /// call yielding its tokio worker.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
-/// Extra time the outer timer grants beyond the epoch deadline; it only fires
-/// when the guest is stuck inside a host call.
-const OUTER_GRACE: Duration = Duration::from_millis(100);
-
 /// Most dirty bytes of a used memory reset in place (and kept resident) when
 /// the kernel can tell which pages are dirty; the rest go back with `madvise`.
 const KEEP_RESIDENT_WITH_PAGEMAP: usize = 1 << 20;
@@ -40,6 +40,11 @@ pub struct RuntimeConfig {
     pub max_instances: u32,
     /// Largest linear memory of any instance: the largest `memory_limit`.
     pub max_memory: u64,
+    /// Where compiled components are kept across restarts; `None` compiles on every load.
+    pub cache_dir: Option<PathBuf>,
+    /// The `worker-host` executable that compiles components in a child process, so the
+    /// compiler's memory never stays in the service; `None` compiles in this process.
+    pub compiler_exe: Option<PathBuf>,
 }
 
 /// One per process; cheap to clone.
@@ -52,6 +57,8 @@ struct Inner {
     engine: Engine,
     plain: Linker<State>,
     with_wasi: Linker<State>,
+    components: ComponentLinker<CState>,
+    compiler: Compiler,
     /// Never more calls in flight than pool slots: wait rather than fail.
     slots: Arc<Semaphore>,
     /// Larger plugin files are refused before they are read (`[plugins] max_plugin_size`).
@@ -66,11 +73,15 @@ impl Runtime {
         let engine = engine(pool(slots, max_memory))?;
         spawn_ticker(&engine)?;
         let (plain, with_wasi) = linkers(&engine)?;
+        let components = component::linker(&engine)?;
+        let compiler = Compiler::new(cfg, &engine);
         Ok(Runtime {
             inner: Arc::new(Inner {
                 engine,
                 plain,
                 with_wasi,
+                components,
+                compiler,
                 slots: Arc::new(Semaphore::new(slots as usize)),
                 max_plugin_size: AtomicU64::new(crate::config::DEFAULT_MAX_PLUGIN_SIZE),
             }),
@@ -116,17 +127,25 @@ impl Runtime {
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
             return Err(LoadError::NotWasm { file: file() });
         }
-        if bytes[4..8] != [1, 0, 0, 0] {
-            // Layer 1 is a component; anything else is not wasm we know.
-            return Err(if bytes[6..8] == [1, 0] {
-                LoadError::Component { file: file() }
-            } else {
-                LoadError::NotWasm { file: file() }
-            });
-        }
         let sha256 = hex::encode(Sha256::digest(bytes));
+        let kind = match bytes[4..8] {
+            [1, 0, 0, 0] => Kind::Module(self.module(name, bytes)?),
+            // Component model binary: version 0x0d, layer 1.
+            [0x0d, 0, 1, 0] => Kind::Component(self.component(name, &sha256, bytes)?),
+            _ => return Err(LoadError::NotWasm { file: file() }),
+        };
+        Ok(Arc::new(Plugin {
+            name: name.to_string(),
+            short_sha: sha256[..12].to_string(),
+            sha256,
+            kind,
+            slots: self.inner.slots.clone(),
+        }))
+    }
+
+    fn module(&self, name: &str, bytes: &[u8]) -> Result<ModulePlugin, LoadError> {
         let module = Module::new(&self.inner.engine, bytes).map_err(|e| LoadError::Compile {
-            file: file(),
+            file: name.to_string(),
             reason: chain_text(&e),
         })?;
         let Checked {
@@ -142,33 +161,53 @@ impl Runtime {
         let pre = linker
             .instantiate_pre(&module)
             .map_err(|e| LoadError::Link {
-                file: file(),
+                file: name.to_string(),
                 reason: chain_text(&e),
             })?;
-        Ok(Arc::new(Plugin {
-            name: name.to_string(),
-            short_sha: sha256[..12].to_string(),
-            sha256,
+        Ok(ModulePlugin {
             uses_wasi,
             pre,
             handle,
             memory,
-            slots: self.inner.slots.clone(),
-        }))
+        })
+    }
+
+    fn component(
+        &self,
+        name: &str,
+        sha256: &str,
+        bytes: &[u8],
+    ) -> Result<ComponentPlugin, LoadError> {
+        let component = self
+            .inner
+            .compiler
+            .component(&self.inner.engine, name, sha256, bytes)?;
+        ComponentPlugin::new(name, &self.inner.components, &component)
     }
 }
 
+/// Linear memories of the pool per instance slot: language runtimes link several modules, most
+/// sharing one memory.
+const POOL_MEMORIES_PER_SLOT: usize = 4;
+
 /// The instance pool: one slot per concurrent call, each memory as large as the largest
 /// `memory_limit`, so an instance is never refused for want of room.
-fn pool(slots: u32, max_memory: usize) -> PoolingAllocationConfig {
+pub(crate) fn pool(slots: u32, max_memory: usize) -> PoolingAllocationConfig {
     let mut pool = PoolingAllocationConfig::new();
-    pool.total_core_instances(slots)
-        .total_memories(slots)
-        .total_tables(slots)
+    // A component instance takes several core instances, memories and tables of the pool
+    // (CPython 14 core instances, a JavaScript engine 4); a v1 module one of each.
+    let per = |n: usize| slots.saturating_mul(n as u32);
+    pool.total_component_instances(slots)
+        .total_core_instances(per(component::state::MAX_CORE_INSTANCES / 2))
+        .total_memories(per(POOL_MEMORIES_PER_SLOT))
+        .total_tables(per(component::state::MAX_TABLES / 4))
         .total_stacks(slots)
+        .max_core_instances_per_component(component::state::MAX_CORE_INSTANCES as u32)
+        .max_memories_per_component(component::state::MAX_MEMORIES as u32)
+        .max_tables_per_component(component::state::MAX_TABLES as u32)
         .max_memories_per_module(limits::MAX_MEMORIES as u32)
         .max_tables_per_module(limits::MAX_TABLES as u32)
-        .table_elements(limits::MAX_TABLE_ELEMENTS as usize)
+        .table_elements(component::state::MAX_TABLE_ELEMENTS as usize)
         .max_memory_size(max_memory)
         .table_keep_resident(16 * 1024);
     // Resetting a used memory with `madvise` costs a TLB shootdown on every
@@ -188,8 +227,8 @@ fn pool(slots: u32, max_memory: usize) -> PoolingAllocationConfig {
 }
 
 /// The engine: pooled instances, epoch interruption for timeouts, no proposal the ABI does not
-/// need.
-fn engine(pool: PoolingAllocationConfig) -> anyhow::Result<Engine> {
+/// need. The compiler child process builds the same one (see `cache`), so artifacts match.
+pub(crate) fn engine(pool: PoolingAllocationConfig) -> anyhow::Result<Engine> {
     let mut config = Config::new();
     config
         .strategy(Strategy::Cranelift)
@@ -199,7 +238,7 @@ fn engine(pool: PoolingAllocationConfig) -> anyhow::Result<Engine> {
         // Threads and exceptions are not compiled into this wasmtime build
         // (no `threads` or `gc` feature), so they are refused already.
         .wasm_gc(false)
-        .wasm_component_model(false)
+        .wasm_component_model(true)
         .wasm_stack_switching(false);
     Engine::new(&config)
         .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {}", chain_text(&e)))
@@ -234,133 +273,4 @@ fn spawn_ticker(engine: &Engine) -> anyhow::Result<()> {
         })
         .map_err(|e| anyhow::anyhow!("cannot start the epoch ticker thread: {e}"))?;
     Ok(())
-}
-
-/// One compiled version of a plugin file.
-pub struct Plugin {
-    name: String,
-    sha256: String,
-    short_sha: String,
-    uses_wasi: bool,
-    pre: InstancePre<State>,
-    handle: ModuleExport,
-    memory: ModuleExport,
-    slots: Arc<Semaphore>,
-}
-
-impl std::fmt::Debug for Plugin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Plugin")
-            .field("name", &self.name)
-            .field("sha256", &self.sha256)
-            .field("uses_wasi", &self.uses_wasi)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Plugin {
-    /// The file name, e.g. `user_monitor.wasm`.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// SHA-256 of the file, full lowercase hex.
-    pub fn sha256(&self) -> &str {
-        &self.sha256
-    }
-
-    /// The first 12 hex chars of the SHA-256, for logs.
-    pub fn short_sha(&self) -> &str {
-        &self.short_sha
-    }
-
-    /// Whether the module imports WASI preview1.
-    pub fn uses_wasi(&self) -> bool {
-        self.uses_wasi
-    }
-
-    /// Runs the handler on one message in a fresh instance. Never panics;
-    /// every failure comes back in `Invocation::answer`.
-    pub async fn handle(&self, input: Arc<Input>, limits: &Limits) -> Invocation {
-        let start = Instant::now();
-        // The semaphore is never closed, so acquiring cannot fail; a closed one
-        // would only mean "no slot", reported as such.
-        let _slot = match self.slots.acquire().await {
-            Ok(permit) => permit,
-            Err(_) => {
-                return Invocation {
-                    answer: Err(HandlerError::Instantiate("runtime is shutting down".into())),
-                    reason: None,
-                    publishes: Vec::new(),
-                    logs: Vec::new(),
-                    elapsed: start.elapsed(),
-                };
-            }
-        };
-
-        // The timeout covers the call, not the wait for a pool slot.
-        let deadline = Instant::now() + limits.timeout;
-        let mut store = Store::new(
-            self.pre.module().engine(),
-            State::new(input, limits.memory_limit, deadline),
-        );
-        store.limiter(|s| &mut s.limiter);
-        store.epoch_deadline_callback(|ctx| {
-            if Instant::now() >= ctx.data().deadline {
-                Err(wasmtime::Error::new(DeadlineHit))
-            } else {
-                // Let other tasks run on this worker, then carry on.
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
-        store.set_epoch_deadline(1);
-
-        let answer =
-            match tokio::time::timeout(limits.timeout + OUTER_GRACE, self.run(&mut store, limits))
-                .await
-            {
-                Ok(answer) => answer,
-                Err(_) => Err(HandlerError::Timeout(limits.timeout)),
-            };
-
-        let mut state = store.into_data();
-        state.drain_wasi_output();
-        let publishes = if matches!(answer, Ok(Answer::Ok)) {
-            state.publishes
-        } else {
-            // Dropped on retry, fail and errors (ABI v1).
-            Vec::new()
-        };
-        Invocation {
-            answer,
-            reason: state.reason,
-            publishes,
-            logs: state.logs.finish(),
-            elapsed: start.elapsed(),
-        }
-    }
-
-    async fn run(&self, store: &mut Store<State>, limits: &Limits) -> Result<Answer, HandlerError> {
-        let instance = self
-            .pre
-            .instantiate_async(&mut *store)
-            .await
-            .map_err(|e| classify(&e, limits.timeout, true))?;
-        let memory = instance
-            .get_module_export(&mut *store, &self.memory)
-            .and_then(Extern::into_memory);
-        store.data_mut().memory = memory;
-        let func = instance
-            .get_module_export(&mut *store, &self.handle)
-            .and_then(Extern::into_func)
-            .ok_or_else(|| HandlerError::Instantiate(format!("{} is missing", export::HANDLE)))?;
-        let func = func
-            .typed::<(), i32>(&*store)
-            .map_err(|e| HandlerError::Instantiate(chain_text(&e)))?;
-        let code = func
-            .call_async(&mut *store, ())
-            .await
-            .map_err(|e| classify(&e, limits.timeout, false))?;
-        Answer::from_code(code)
-    }
 }

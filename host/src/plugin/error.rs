@@ -22,8 +22,8 @@ pub enum LoadError {
         size: String,
         limit: String,
     },
-    #[error("{file}: is a WebAssembly component; ABI v1 needs a core module")]
-    Component { file: String },
+    #[error("{file}: not a component of the world worker:plugin/handler@2.0.0: {reason}")]
+    WrongWorld { file: String, reason: String },
     #[error("{file}: does not compile: {reason}")]
     Compile { file: String, reason: String },
     #[error("{file}: missing export `{export}` ({expected}); is it built for worker ABI v1?")]

@@ -1,12 +1,17 @@
-//! The plugin runtime: one wasmtime engine per process, compiled plugin
-//! versions, and one sandboxed handler call per message (ABI v1, see
-//! `docs/abi.md`).
+//! The plugin runtime: one wasmtime engine per process, compiled plugin versions (core modules
+//! of ABI v1, `docs/abi.md`, and components of ABI v2, `wit/`), and one sandboxed handler call
+//! per message.
 
 mod abi;
+mod cache;
+mod component;
 mod engine;
 mod error;
 mod file;
+mod module;
+mod pending;
 mod state;
+mod version;
 mod wasi;
 
 #[cfg(test)]
@@ -15,8 +20,10 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use engine::{Plugin, Runtime, RuntimeConfig};
+pub use cache::{COMPILE_COMMAND, compile_for_parent};
+pub use engine::{Runtime, RuntimeConfig};
 pub use error::{HandlerError, LoadError, TrapKind};
+pub use version::Plugin;
 
 /// Per-call limits, from the subscription.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +32,19 @@ pub struct Limits {
     pub timeout: Duration,
     /// Largest linear memory of the instance, in bytes.
     pub memory_limit: u64,
+    /// Fresh instance per message, or a warm one reused (components only).
+    pub instance: Instances,
+}
+
+/// How a component's instances serve messages (`instance`, `instance_max_messages`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Instances {
+    /// A new instance for every message: nothing carries over.
+    #[default]
+    Fresh,
+    /// One instance serves up to `max_messages` messages in a row; dropped after a trap,
+    /// timeout or limit hit, and on reload.
+    Reuse { max_messages: u32 },
 }
 
 /// Everything a handler call can see of one delivery.
@@ -84,8 +104,10 @@ impl Default for PublishPolicy {
 #[derive(Debug)]
 pub struct Invocation {
     pub answer: Result<Answer, HandlerError>,
-    /// From `set_reason`: one line, bounded.
+    /// From `set_reason` (v1) or the outcome's text (v2): one line, bounded.
     pub reason: Option<String>,
+    /// A retry's requested delay (v2 `retry-request.after-ms`).
+    pub retry_after: Option<Duration>,
     /// Buffered by `publish`; the caller sends them only when the answer is ok.
     pub publishes: Vec<Publish>,
     /// From `log` and WASI stdout/stderr, bounded.
@@ -163,6 +185,9 @@ pub struct Publish {
     pub routing_key: String,
     pub body: Vec<u8>,
     pub delay: Option<Duration>,
+    /// v2 only; v1 publishes carry none.
+    pub content_type: Option<String>,
+    pub headers: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

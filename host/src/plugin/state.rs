@@ -11,8 +11,9 @@ use worker_abi::limits::{
 };
 
 use super::error::{MemoryLimitHit, TableLimitHit};
+use super::pending::Pending;
 use super::wasi::WasiState;
-use super::{Input, LogLevel, LogLine, LogSource, Publish};
+use super::{Input, LogLevel, LogLine, LogSource};
 
 pub(crate) struct State {
     pub input: Arc<Input>,
@@ -22,8 +23,7 @@ pub(crate) struct State {
     /// Read position of `body_read`.
     pub body_pos: usize,
     pub reason: Option<String>,
-    pub publishes: Vec<Publish>,
-    pub publish_bytes: usize,
+    pub pending: Pending,
     pub logs: LogBuffer,
     pub limiter: Limiter,
     pub deadline: Instant,
@@ -38,13 +38,9 @@ impl State {
             memory: None,
             body_pos: 0,
             reason: None,
-            publishes: Vec::new(),
-            publish_bytes: 0,
+            pending: Pending::default(),
             logs: LogBuffer::default(),
-            limiter: Limiter {
-                memory_limit,
-                table_elements: MAX_TABLE_ELEMENTS,
-            },
+            limiter: Limiter::module(memory_limit),
             deadline,
             wasi: None,
         }
@@ -70,6 +66,24 @@ impl State {
 pub(crate) struct Limiter {
     pub memory_limit: u64,
     pub table_elements: u32,
+    /// Core instances, tables and memories of the store: one each for an ABI v1 module, what
+    /// language runtimes need for a component.
+    pub instances: usize,
+    pub tables: usize,
+    pub memories: usize,
+}
+
+impl Limiter {
+    /// The limits of an ABI v1 module.
+    pub fn module(memory_limit: u64) -> Limiter {
+        Limiter {
+            memory_limit,
+            table_elements: MAX_TABLE_ELEMENTS,
+            instances: MAX_INSTANCES,
+            tables: MAX_TABLES,
+            memories: MAX_MEMORIES,
+        }
+    }
 }
 
 impl ResourceLimiter for Limiter {
@@ -98,15 +112,15 @@ impl ResourceLimiter for Limiter {
     }
 
     fn instances(&self) -> usize {
-        MAX_INSTANCES
+        self.instances
     }
 
     fn tables(&self) -> usize {
-        MAX_TABLES
+        self.tables
     }
 
     fn memories(&self) -> usize {
-        MAX_MEMORIES
+        self.memories
     }
 }
 

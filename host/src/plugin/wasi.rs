@@ -63,7 +63,7 @@ impl BoundedPipe {
         buf.extend_from_slice(&data[..data.len().min(room)]);
     }
 
-    fn take(&self) -> Vec<u8> {
+    pub fn take(&self) -> Vec<u8> {
         std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }

@@ -46,10 +46,20 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
     let runtime = Runtime::new(&RuntimeConfig {
         max_instances: calls.saturating_mul(2).max(32),
         max_memory,
+        cache_dir: Some(config.compiled_dir()),
+        compiler_exe: compiler_exe(),
     })
     .context("starting the plugin runtime")?;
     runtime.set_max_plugin_size(config.plugins.max_plugin_size);
     Ok(runtime)
+}
+
+/// The running `worker-host` executable, which compiles components in a child process; `None`
+/// when this process is another program (a test binary), which then compiles in place.
+fn compiler_exe() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let name = exe.file_stem()?.to_str()?;
+    (name == "worker-host").then_some(exe)
 }
 
 /// What the service is running: the config and a subscriber per subscription queue.

@@ -33,6 +33,7 @@ const DEFAULT_MAX_MESSAGE_SIZE: u64 = 64 << 20;
 const MAX_MAX_MESSAGE_SIZE: u64 = 512 << 20;
 const DEFAULT_TOPOLOGY_CHECK: Duration = Duration::from_secs(30);
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_INSTANCE_MAX_MESSAGES: u32 = 1000;
 /// One wasm page; a plugin cannot run in less.
 const MIN_MEMORY_LIMIT: u64 = 64 << 10;
 /// The whole 32-bit address space of a wasm32 module.
@@ -169,6 +170,7 @@ impl Checker<'_> {
             subscriptions,
             exchanges_extra,
             queues_extra,
+            state_dir: self.state_dir(&raw),
             delay: raw.delay.map(|d| DelayConfig { levels: d.levels.0 }),
         }
     }
@@ -277,11 +279,23 @@ impl Checker<'_> {
         out
     }
 
-    fn plugins(&mut self, raw: &RawConfig) -> Plugins {
-        let base = match self.path.parent() {
+    /// The folder of worker.toml: relative paths in it resolve against it.
+    fn base(&self) -> PathBuf {
+        match self.path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
-        };
+        }
+    }
+
+    /// `[state] dir`, default `state`; created when first needed, so not checked here.
+    fn state_dir(&self, raw: &RawConfig) -> PathBuf {
+        let dir = raw.state.as_ref().and_then(|s| s.dir.as_ref());
+        self.base()
+            .join(dir.map_or("state", |d| d.get_ref().as_str()))
+    }
+
+    fn plugins(&mut self, raw: &RawConfig) -> Plugins {
+        let base = self.base();
         let dir_value = raw.plugins.as_ref().and_then(|p| p.dir.as_ref());
         let dir = base.join(dir_value.map_or("plugins", |d| d.get_ref().as_str()));
         if !dir.is_dir() {

@@ -47,6 +47,11 @@ impl Checker<'_> {
             memory_limit,
             max_message_size,
             queue_type: sub.queue_type.or(defaults.queue_type).unwrap_or_default(),
+            instance: sub.instance.or(defaults.instance).unwrap_or_default(),
+            instance_max_messages: sub
+                .instance_max_messages
+                .or(defaults.instance_max_messages)
+                .map_or(DEFAULT_INSTANCE_MAX_MESSAGES, |n| n.0),
             publish,
             config: sub.config.as_ref().map_or_else(
                 || serde_json::Value::Object(Default::default()),

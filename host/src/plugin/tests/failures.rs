@@ -58,6 +58,7 @@ async fn infinite_loop_is_stopped_by_the_timeout() {
     let lim = Limits {
         timeout: Duration::from_millis(200),
         memory_limit: 16 * MIB,
+        instance: Instances::Fresh,
     };
     let inv = plugin.handle(Arc::new(input("")), &lim).await;
     assert_eq!(
@@ -79,6 +80,7 @@ async fn infinite_loop_yields_to_other_tasks() {
     let lim = Limits {
         timeout: Duration::from_millis(300),
         memory_limit: 16 * MIB,
+        instance: Instances::Fresh,
     };
     let ticker = tokio::spawn(async {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -98,6 +100,7 @@ async fn memory_bomb_is_stopped_by_the_limit() {
     let lim = Limits {
         timeout: Duration::from_secs(5),
         memory_limit: 4 * MIB,
+        instance: Instances::Fresh,
     };
     let inv = plugin.handle(Arc::new(input("")), &lim).await;
     assert_eq!(
@@ -118,6 +121,7 @@ async fn initial_memory_over_the_limit_is_a_memory_limit_error() {
     let lim = Limits {
         timeout: Duration::from_secs(5),
         memory_limit: 1024, // less than the fixture's one page
+        instance: Instances::Fresh,
     };
     let inv = plugin.handle(Arc::new(input("")), &lim).await;
     assert_eq!(inv.answer, Err(HandlerError::MemoryLimit { limit: 1024 }));

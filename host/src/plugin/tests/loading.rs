@@ -154,11 +154,24 @@ fn truncated_wasm_does_not_compile() {
 }
 
 #[test]
-fn component_is_refused() {
+fn component_of_another_world_is_refused() {
+    let empty = wat::parse_str("(component)").expect("wat");
+    let err = runtime().load_bytes("c.wasm", &empty).unwrap_err();
+    assert!(matches!(err, LoadError::WrongWorld { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "c.wasm: not a component of the world worker:plugin/handler@2.0.0: no export `handle` found"
+    );
+}
+
+#[test]
+fn component_importing_what_the_host_lacks_is_refused_naming_it() {
+    let wat = r#"(component (import "acme:db/query@1.0.0" (instance (export "run" (func)))))"#;
     let err = runtime()
-        .load_bytes("c.wasm", b"\0asm\x0d\x00\x01\x00")
+        .load_bytes("c.wasm", &wat::parse_str(wat).expect("wat"))
         .unwrap_err();
-    assert!(matches!(err, LoadError::Component { .. }), "{err}");
+    assert!(matches!(err, LoadError::Link { .. }), "{err}");
+    assert!(err.to_string().contains("acme:db/query@1.0.0"), "{err}");
 }
 
 #[test]

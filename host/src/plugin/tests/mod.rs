@@ -14,6 +14,8 @@ fn runtime() -> &'static Runtime {
         Runtime::new(&RuntimeConfig {
             max_instances: 16,
             max_memory: 64 * MIB,
+            cache_dir: None,
+            compiler_exe: None,
         })
         .expect("runtime")
     })
@@ -39,6 +41,7 @@ fn limits() -> Limits {
     Limits {
         timeout: Duration::from_secs(5),
         memory_limit: 16 * MIB,
+        instance: Instances::Fresh,
     }
 }
 
@@ -78,6 +81,7 @@ async fn run(name: &str, input: Input) -> Invocation {
 }
 
 mod answers;
+mod components;
 mod contract;
 mod failures;
 mod imports;

@@ -65,6 +65,8 @@ async fn a_slow_plugin_does_not_block_others() {
     let rt = Runtime::new(&RuntimeConfig {
         max_instances: 8,
         max_memory: 16 * MIB,
+        cache_dir: None,
+        compiler_exe: None,
     })
     .expect("runtime");
     let slow = rt
@@ -76,6 +78,7 @@ async fn a_slow_plugin_does_not_block_others() {
     let lim = Limits {
         timeout: Duration::from_secs(3),
         memory_limit: 16 * MIB,
+        instance: Instances::Fresh,
     };
     // Twice as many spinning calls as worker threads.
     let spinners: Vec<_> = (0..4)
@@ -105,6 +108,7 @@ fn emit_logs_does_not_panic_without_a_subscriber() {
     let inv = Invocation {
         answer: Ok(Answer::Ok),
         reason: None,
+        retry_after: None,
         publishes: vec![],
         logs: vec![LogLine {
             level: LogLevel::Warn,

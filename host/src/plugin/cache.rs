@@ -1,0 +1,196 @@
+//! Compiling components: in a child process (the compiler's memory, hundreds of MB for a Python
+//! or JavaScript runtime, never stays in the service) and cached by content hash, so a restart
+//! loads them in milliseconds. A cache entry names the file's SHA-256 and the engine's
+//! compatibility hash, so a new wasmtime or engine setting never reads an old artifact.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use super::engine::{RuntimeConfig, engine, pool};
+use super::error::{LoadError, chain_text};
+
+/// Most artifacts kept; the least recently written go first.
+const MAX_ENTRIES: usize = 64;
+/// The hidden subcommand the child runs.
+pub const COMPILE_COMMAND: &str = "compile-plugin";
+
+pub(crate) struct Compiler {
+    cache_dir: Option<PathBuf>,
+    exe: Option<PathBuf>,
+    max_instances: u32,
+    max_memory: u64,
+    compat: String,
+}
+
+impl Compiler {
+    pub fn new(cfg: &RuntimeConfig, engine: &Engine) -> Compiler {
+        let mut hasher = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        Compiler {
+            cache_dir: cfg.cache_dir.clone(),
+            exe: cfg.compiler_exe.clone(),
+            max_instances: cfg.max_instances,
+            max_memory: cfg.max_memory,
+            compat: format!("{:016x}", hasher.finish()),
+        }
+    }
+
+    /// The compiled component of `bytes`: from the cache, else compiled (and cached).
+    pub fn component(
+        &self,
+        engine: &Engine,
+        file: &str,
+        sha256: &str,
+        bytes: &[u8],
+    ) -> Result<Component, LoadError> {
+        let entry = self
+            .cache_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{sha256}-{}.cwasm", self.compat)));
+        if let Some(entry) = entry.as_deref().filter(|e| e.is_file()) {
+            // SAFETY: the file is an artifact this host's compiler wrote into its own cache
+            // directory; wasmtime checks that it was made by a compatible engine.
+            match unsafe { Component::deserialize_file(engine, entry) } {
+                Ok(component) => return Ok(component),
+                Err(e) => {
+                    tracing::warn!(file, entry = %entry.display(), "unusable cached artifact, compiling again: {}", chain_text(&e));
+                    let _ = std::fs::remove_file(entry);
+                }
+            }
+        }
+        let started = std::time::Instant::now();
+        let artifact = self.compile(engine, file, bytes)?;
+        tracing::info!(
+            file,
+            seconds = started.elapsed().as_secs_f64(),
+            bytes = artifact.len(),
+            "compiled component"
+        );
+        let load_err = |e: wasmtime::Error| LoadError::Compile {
+            file: file.to_string(),
+            reason: chain_text(&e),
+        };
+        if let Some(entry) = entry.as_deref()
+            && let Err(e) = store(entry, &artifact)
+        {
+            tracing::warn!(file, entry = %entry.display(), "cannot cache the compiled component: {e}");
+        } else if let Some(entry) = entry.as_deref() {
+            // SAFETY: just written by this process from the compiler's output.
+            return unsafe { Component::deserialize_file(engine, entry) }.map_err(load_err);
+        }
+        // SAFETY: the bytes come from this host's own compiler, a moment ago.
+        unsafe { Component::deserialize(engine, &artifact) }.map_err(load_err)
+    }
+
+    /// Serialized artifact of `bytes`, from the child compiler when there is one.
+    fn compile(&self, engine: &Engine, file: &str, bytes: &[u8]) -> Result<Vec<u8>, LoadError> {
+        let failed = |reason: String| LoadError::Compile {
+            file: file.to_string(),
+            reason,
+        };
+        if let Some(exe) = &self.exe {
+            match self.compile_in_child(exe, bytes) {
+                Ok(Ok(artifact)) => return Ok(artifact),
+                Ok(Err(reason)) => return Err(failed(reason)),
+                Err(e) => {
+                    tracing::warn!(file, exe = %exe.display(), "cannot run the compiler process, compiling here: {e}");
+                }
+            }
+        }
+        engine
+            .precompile_component(bytes)
+            .map_err(|e| failed(chain_text(&e)))
+    }
+
+    /// Outer error: the child could not be run. Inner error: it ran and refused the file.
+    fn compile_in_child(
+        &self,
+        exe: &Path,
+        bytes: &[u8],
+    ) -> std::io::Result<Result<Vec<u8>, String>> {
+        let mut child = Command::new(exe)
+            .arg(COMPILE_COMMAND)
+            .args(["--max-instances", &self.max_instances.to_string()])
+            .args(["--max-memory", &self.max_memory.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
+        // Feed stdin while the child's output is read, or both could wait on a full pipe.
+        let output = std::thread::scope(|scope| {
+            scope.spawn(move || {
+                // A child that stopped reading reports why on stderr.
+                let _ = stdin.write_all(bytes);
+            });
+            child.wait_with_output()
+        })?;
+        if output.status.success() {
+            return Ok(Ok(output.stdout));
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let reason = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("the compiler process failed without a message")
+            .trim_start_matches("error: ")
+            .to_string();
+        Ok(Err(reason))
+    }
+}
+
+/// Writes `artifact` to `entry` atomically, then trims the directory to `MAX_ENTRIES`.
+fn store(entry: &Path, artifact: &[u8]) -> std::io::Result<()> {
+    let dir = entry
+        .parent()
+        .ok_or_else(|| std::io::Error::other("cache entry without a directory"))?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = entry.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&tmp, artifact)?;
+    std::fs::rename(&tmp, entry)?;
+    prune(dir);
+    Ok(())
+}
+
+/// Removes the oldest artifacts beyond `MAX_ENTRIES`; errors only cost disk space.
+fn prune(dir: &Path) {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = read
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if entries.len() <= MAX_ENTRIES {
+        return;
+    }
+    entries.sort();
+    for (_, path) in &entries[..entries.len() - MAX_ENTRIES] {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The child's side: compiles the component in `bytes` for the engine the parent described.
+/// Runs at low priority so a slow compile never starves running subscriptions.
+pub fn compile_for_parent(
+    max_instances: u32,
+    max_memory: u64,
+    bytes: &[u8],
+) -> anyhow::Result<Vec<u8>> {
+    let _ = rustix::process::nice(10);
+    let max_memory = usize::try_from(max_memory)?;
+    let engine = engine(pool(max_instances.max(1), max_memory))?;
+    engine
+        .precompile_component(bytes)
+        .map_err(|e| anyhow::anyhow!("{}", chain_text(&e)))
+}

@@ -1,0 +1,134 @@
+//! The store data of a component: the message it handles, what the guest produced so far, and
+//! the WASI 0.2 context it runs in (no files, environment, arguments or sockets; stdout and
+//! stderr captured; outgoing HTTP refused until a subscription grants it).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+
+use super::super::pending::Pending;
+use super::super::state::{Limiter, LogBuffer};
+use super::super::wasi::BoundedPipe;
+use super::super::{Input, LogLevel, LogSource};
+
+/// Core instances, tables and memories one component store may create: what the language
+/// runtimes measured need (Python 14 core instances, JavaScript 4), with room to spare.
+pub(crate) const MAX_CORE_INSTANCES: usize = 32;
+pub(crate) const MAX_TABLES: usize = 64;
+pub(crate) const MAX_MEMORIES: usize = 8;
+/// Elements of one table: an interpreter's function table is far larger than a v1 module's.
+pub(crate) const MAX_TABLE_ELEMENTS: u32 = 100_000;
+
+pub(crate) struct CState {
+    pub input: Arc<Input>,
+    pub pending: Pending,
+    pub logs: LogBuffer,
+    pub limiter: Limiter,
+    pub deadline: Instant,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    http: WasiHttpCtx,
+    hooks: NoHttp,
+    stdout: BoundedPipe,
+    stderr: BoundedPipe,
+}
+
+impl CState {
+    pub fn new(input: Arc<Input>, memory_limit: u64, deadline: Instant) -> CState {
+        let stdout = BoundedPipe::default();
+        let stderr = BoundedPipe::default();
+        // The builder grants nothing by default: no preopened dirs, no env, no args, stdin
+        // closed; sockets and name lookup are denied explicitly.
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        CState {
+            input,
+            pending: Pending::default(),
+            logs: LogBuffer::default(),
+            limiter: Limiter {
+                memory_limit,
+                table_elements: MAX_TABLE_ELEMENTS,
+                instances: MAX_CORE_INSTANCES,
+                tables: MAX_TABLES,
+                memories: MAX_MEMORIES,
+            },
+            deadline,
+            wasi,
+            table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            hooks: NoHttp,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Starts the next message in a reused instance: nothing of the last call's output stays.
+    pub fn begin(&mut self, input: Arc<Input>, deadline: Instant) {
+        self.input = input;
+        self.pending.clear();
+        self.logs = LogBuffer::default();
+        self.deadline = deadline;
+        self.stdout.take();
+        self.stderr.take();
+    }
+
+    /// Moves captured stdout/stderr into the log buffer and hands over the call's output.
+    pub fn finish(&mut self) -> (LogBuffer, Pending) {
+        let out = self.stdout.take();
+        let err = self.stderr.take();
+        self.logs.push_text(LogLevel::Info, LogSource::Stdout, &out);
+        self.logs.push_text(LogLevel::Warn, LogSource::Stderr, &err);
+        (
+            std::mem::take(&mut self.logs),
+            std::mem::take(&mut self.pending),
+        )
+    }
+}
+
+impl WasiView for CState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for CState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            hooks: &mut self.hooks,
+            table: &mut self.table,
+            ctx: &mut self.http,
+        }
+    }
+}
+
+/// Refuses every outgoing request: no subscription has an HTTP grant yet.
+struct NoHttp;
+
+impl WasiHttpHooks for NoHttp {
+    fn send_request(
+        &mut self,
+        _request: http::Request<WasiBody>,
+        _options: Option<wasmtime_wasi_http::RequestOptions>,
+        _fut: Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = wasmtime_wasi_http::Result<(
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
+                )>,
+            > + Send,
+    > {
+        Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) })
+    }
+}
