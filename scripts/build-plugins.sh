@@ -186,6 +186,13 @@ for dir in "$PLUGINS"/*/; do
     publish_module "$built" "$out"
 done
 
+# --- JavaScript plugins (folders with app.js and package.json) --------------------------------
+# Components, built by scripts/build-js.sh, which prints their sizes; not in BUILT: check_abi
+# reads ABI v1 modules.
+if compgen -G "$PLUGINS/*/app.js" >/dev/null; then
+    PLUGINS_DIR="$PLUGINS" PLUGINS_TARGET_DIR="$TARGET_DIR" "$ROOT/scripts/build-js.sh"
+fi
+
 [[ ${#BUILT[@]} -gt 0 ]] || die "no plugins found in $PLUGINS"
 check_abi "${BUILT[@]}"
 END_NS=$(date +%s%N)
