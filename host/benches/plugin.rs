@@ -1,11 +1,22 @@
-//! Per-message cost of a handler call (instantiate + call + drop).
+//! Per-message cost of a handler call (instantiate + call + drop), and the component plugins of
+//! issue #14 (Rust, Python, JavaScript) against the ABI v1 SDK plugin, ending with one table.
 //!
-//! `cargo bench -p worker-host --bench plugin`
+//! `cargo bench -p worker-host --bench plugin` (`-- --quick` for a short run). Components come
+//! from `plugins/demo_*.wasm`; `WORKER_BENCH_COMPONENTS=rust,js` picks languages, `=` none.
+
+#[path = "plugin/components.rs"]
+mod components;
+#[path = "plugin/latency.rs"]
+mod latency;
+#[path = "plugin/report.rs"]
+mod report;
+#[path = "plugin/rss.rs"]
+mod rss;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use worker_host::plugin::{
     Answer, Input, Instances, Limits, Meta, PublishPolicy, Runtime, RuntimeConfig,
 };
@@ -15,7 +26,7 @@ fn fixture(name: &str) -> Vec<u8> {
     wat::parse_file(path).expect("fixture parses")
 }
 
-fn input(body: Vec<u8>) -> Arc<Input> {
+pub(crate) fn input(body: Vec<u8>) -> Arc<Input> {
     Arc::new(Input {
         body: body.into(),
         meta: Meta {
@@ -30,7 +41,8 @@ fn input(body: Vec<u8>) -> Arc<Input> {
 }
 
 /// The 1 KiB JSON object of throughput scenario (d).
-fn json_1k() -> Vec<u8> {
+/// It has none of the demo plugins' command keys, so the demos parse it and answer ok.
+pub(crate) fn json_1k() -> Vec<u8> {
     let mut s = String::from("{\"id\": 12345, \"name\": \"ada lovelace\", \"tags\": [");
     let mut i = 0;
     while s.len() < 1000 {
@@ -41,24 +53,49 @@ fn json_1k() -> Vec<u8> {
     s.into_bytes()
 }
 
-fn per_message(c: &mut Criterion) {
-    let runtime = Runtime::new(&RuntimeConfig {
-        max_instances: 16,
+/// The pool of the service with few subscriptions (`service::runtime_for`: at least 32 slots),
+/// components compiled in a `worker-host` child process into `cache_dir`, as the service does.
+pub(crate) fn runtime_config(cache_dir: &std::path::Path) -> RuntimeConfig {
+    RuntimeConfig {
+        max_instances: 32,
         max_memory: 64 << 20,
-        cache_dir: None,
-        compiler_exe: None,
-    })
-    .expect("runtime");
-    let rt = tokio::runtime::Builder::new_multi_thread()
+        cache_dir: Some(cache_dir.to_path_buf()),
+        compiler_exe: Some(env!("CARGO_BIN_EXE_worker-host").into()),
+    }
+}
+
+pub(crate) fn limits(instance: Instances) -> Limits {
+    Limits {
+        timeout: Duration::from_secs(10),
+        memory_limit: 64 << 20,
+        instance,
+    }
+}
+
+/// One tokio worker: a call's cost without help from a second core.
+fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
-        .expect("tokio");
-    let limits = Limits {
-        timeout: Duration::from_secs(10),
-        memory_limit: 64 << 20,
-        instance: Instances::Fresh,
-    };
+        .expect("tokio")
+}
+
+/// The path of the ABI v1 SDK plugin of throughput scenario (d), when built
+/// (scripts/build-plugins.sh). WORKER_BENCH_SDK_PLUGIN points at another build of it (say,
+/// another opt-level).
+fn sdk_plugin_path() -> String {
+    std::env::var("WORKER_BENCH_SDK_PLUGIN").unwrap_or_else(|_| {
+        format!(
+            "{}/../plugins/user_monitor.wasm",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    })
+}
+
+fn per_message(c: &mut Criterion, runtime: &Runtime) {
+    let rt = tokio_runtime();
+    let limits = limits(Instances::Fresh);
 
     let ok = runtime
         .load_bytes("ok.wasm", &fixture("ok"))
@@ -69,14 +106,7 @@ fn per_message(c: &mut Criterion) {
     let wasi = runtime
         .load_bytes("wasi.wasm", &fixture("wasi"))
         .expect("wasi loads");
-    // The SDK plugin of throughput scenario (d), when built (scripts/build-plugins.sh).
-    // WORKER_BENCH_SDK_PLUGIN points at another build of it (say, another opt-level).
-    let sdk_path = std::env::var("WORKER_BENCH_SDK_PLUGIN").unwrap_or_else(|_| {
-        format!(
-            "{}/../plugins/user_monitor.wasm",
-            env!("CARGO_MANIFEST_DIR")
-        )
-    });
+    let sdk_path = sdk_plugin_path();
     let user_monitor = std::fs::read(&sdk_path).ok().map(|bytes| {
         runtime
             .load_bytes("user_monitor.wasm", &bytes)
@@ -133,5 +163,30 @@ fn per_message(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, per_message);
-criterion_main!(benches);
+fn main() {
+    // A child started by `rss` to measure one plugin in a process of its own.
+    if rss::is_child() {
+        rss::child();
+        return;
+    }
+    let cache = tempfile::tempdir().expect("cache dir");
+    let runtime = Runtime::new(&runtime_config(cache.path())).expect("runtime");
+    // Fails before any measurement when a selected component file is missing.
+    let langs = components::selected();
+    let mut c = Criterion::default().configure_from_args();
+    per_message(&mut c, &runtime);
+    if !langs.is_empty() {
+        let sdk_path = sdk_plugin_path();
+        let v1 = components::load(&runtime, cache.path(), "v1 user_monitor", sdk_path.as_ref());
+        let loaded: Vec<_> = langs
+            .iter()
+            .map(|lang| components::load(&runtime, cache.path(), lang.name, &lang.path()))
+            .collect();
+        components::bench(&mut c, &tokio_runtime(), &loaded);
+        c.final_summary();
+        let rows = report::measure(&tokio_runtime(), cache.path(), &v1, &loaded);
+        report::print(&rows);
+    } else {
+        c.final_summary();
+    }
+}
