@@ -101,6 +101,7 @@ for app in "${apps[@]}"; do
     paths=(-p "$work/app" -p "$work/sdk")
     if has_requirements "$dir/requirements.txt"; then
         # Pure-Python wheels only (platform "any"): native wheels could not run in the component.
+        ensure_packages python-pip
         "$PY" -m pip install -q --disable-pip-version-check --no-compile --target "$work/deps" \
             --only-binary=:all: --platform any --implementation py -r "$dir/requirements.txt" ||
             die "$name: pip could not install requirements.txt as pure-Python wheels"

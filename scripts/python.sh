@@ -36,6 +36,7 @@ ensure_python_venv() { # TARGET_DIR
   want=$(sha256sum <"$PY_REQUIREMENTS")
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "== python: pip install -r plugin-sdk/python/requirements.txt" >&2
+    ensure_packages python-pip || return 1
     "$PY" -m pip install -q --disable-pip-version-check -r "$PY_REQUIREMENTS" || return 1
     echo "$want" >"$stamp"
   fi

@@ -1,5 +1,14 @@
-# demo-python: the demo handler shared by the Rust, Python and JS examples (the host's
-# integration tests drive it): the JSON body says what to do, see plugins/README.md.
+# demo-python: the demo handler that the Rust, Python and JS examples share (the host's
+# integration tests drive it). The body is a JSON object; its keys, all optional, act in this order:
+#   "log": text -> an info log line        "print": text -> a line on stdout
+#   "grow_mb": n -> take n MiB             "trap": true -> an uncaught exception
+#   "loop": true -> never return
+#   "echo": {"exchange", "routing_key"} -> publishes what it received as JSON (config, count of
+#       calls in this instance, attempt, routing keys, message_id, headers, body_len)
+#   "publish": [{"exchange", "routing_key", "body", "delay_ms"}] -> publishes each;
+#       a refusal answers fail("publish refused: <WIT error name>")
+#   "outcome": "ok" | "retry" | "fail", "reason" (default "requested"), "after_ms" (retry only)
+# A body that is not a JSON object answers fail("not a JSON object").
 
 import worker
 
