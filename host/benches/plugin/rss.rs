@@ -2,20 +2,17 @@
 //! (this bench binary again, as a child), so one language's pages never count for another.
 //!
 //! The child starts the runtime, loads the plugin from the cache the parent filled (as a service
-//! restart does: no compiler memory), then runs rounds of 8 calls released together on 8 tokio
-//! workers, and reports `VmRSS` after each step and `VmHWM` at the end.
+//! restart does: no compiler memory), then runs rounds of 8 calls released together on 8
+//! threads, and reports `VmRSS` after each step and `VmHWM` at the end.
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 
 use worker_host::plugin::{Answer, Input, Instances, PublishPolicy, Runtime};
 
 const CHILD: &str = "WORKER_BENCH_RSS_CHILD";
 const CONCURRENCY: usize = 8;
-/// A reused instance is kept per concurrent call, so reuse rounds go on until 8 exist (the most
-/// memory `concurrency = 8` can hold), within this many rounds.
-const MAX_ROUNDS: usize = 200;
 
 /// What a child measured, in KiB.
 #[derive(Debug, Clone, Copy)]
@@ -81,7 +78,7 @@ pub fn child() {
     let reuse = var("WORKER_BENCH_RSS_MODE") == "reuse";
     let rounds: usize = var("WORKER_BENCH_RSS_ROUNDS").parse().expect("rounds");
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(CONCURRENCY)
+        .worker_threads(2)
         .enable_all()
         .build()
         .expect("tokio");
@@ -100,30 +97,36 @@ pub fn child() {
     } else {
         Instances::Fresh
     });
-    let input = echo_input();
-    let instances = rt.block_on(async {
-        let mut instances = 0;
-        let mut round = 0;
-        while round < rounds || (reuse && instances < CONCURRENCY && round < MAX_ROUNDS) {
-            round += 1;
-            let barrier = Arc::new(tokio::sync::Barrier::new(CONCURRENCY));
-            let calls: Vec<_> = (0..CONCURRENCY)
-                .map(|_| {
-                    let (plugin, input, barrier) = (plugin.clone(), input.clone(), barrier.clone());
-                    tokio::spawn(async move {
-                        barrier.wait().await;
-                        plugin.handle(input, &limits).await
+    // Call i names queue i: warm instances are kept per queue, so reuse holds exactly 8 of them,
+    // as a subscription with `concurrency = 8` does at most. A short call rarely overlaps 7
+    // others on 2 cores, so one queue would keep fewer and show less memory than 8 can take.
+    let inputs: Vec<_> = (0..CONCURRENCY).map(echo_input).collect();
+    let barrier = Barrier::new(CONCURRENCY);
+    let mut instances = 0;
+    for _ in 0..rounds {
+        // One OS thread per call, released together: the calls overlap as far as the cores let
+        // them, independent of how tokio would have spread tasks over its workers.
+        instances += std::thread::scope(|scope| {
+            let calls: Vec<_> = inputs
+                .iter()
+                .map(|input| {
+                    let (plugin, barrier, rt) = (&plugin, &barrier, rt.handle());
+                    scope.spawn(move || {
+                        barrier.wait();
+                        rt.block_on(plugin.handle(input.clone(), &limits))
                     })
                 })
                 .collect();
-            for call in calls {
-                let inv = call.await.expect("call task");
-                assert_eq!(inv.answer, Ok(Answer::Ok), "{plugin_path}: {:?}", inv.cause());
-                instances += inv.publishes.iter().filter(|p| first_call(&p.body)).count();
-            }
-        }
-        instances
-    });
+            calls
+                .into_iter()
+                .map(|call| {
+                    let inv = call.join().expect("call thread");
+                    assert_eq!(inv.answer, Ok(Answer::Ok), "{plugin_path}: {:?}", inv.cause());
+                    inv.publishes.iter().filter(|p| first_call(&p.body)).count()
+                })
+                .sum::<usize>()
+        });
+    }
     let warm_kib = status_kib("VmRSS:");
     let peak_kib = status_kib("VmHWM:");
     println!("rss-result {runtime_kib} {loaded_kib} {warm_kib} {peak_kib} {instances}");
@@ -131,11 +134,12 @@ pub fn child() {
 
 /// The 1 KiB object plus the demos' `echo` command, whose published `count` is 1 on an
 /// instance's first call: that counts the instances. The v1 module ignores the key.
-fn echo_input() -> Arc<Input> {
+fn echo_input(call: usize) -> Arc<Input> {
     let mut body: serde_json::Value = serde_json::from_slice(&crate::json_1k()).expect("json");
     body["echo"] = serde_json::json!({"exchange": "bench", "routing_key": "rss"});
     let input = crate::input(serde_json::to_vec(&body).expect("json"));
     let mut input = Arc::unwrap_or_clone(input);
+    input.meta.queue = format!("bench-{call}");
     input.publish = Arc::new(PublishPolicy {
         allowed_exchanges: vec!["bench".into()],
         ..PublishPolicy::default()
