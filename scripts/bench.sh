@@ -12,7 +12,10 @@ source scripts/rust.sh
 
 ensure_cargo
 ensure_broker
-[ -f plugins/user_monitor.wasm ] || scripts/build-plugins.sh
+# The v1 SDK plugin and the three demo components the plugin bench compares (all built by it).
+for wasm in user_monitor demo_rust demo_python demo_js; do
+    [ -f "plugins/$wasm.wasm" ] || { scripts/build-plugins.sh; break; }
+done
 cargo build --release --locked -p worker-host
 cargo bench --locked -p worker-host --bench throughput -- "$@"
 cargo bench --locked -p worker-host --bench plugin

@@ -67,6 +67,8 @@ pub fn print(rows: &[Row]) {
         let ms = d.as_secs_f64() * 1e3;
         if ms >= 1000.0 {
             format!("{:.2} s", ms / 1e3)
+        } else if ms < 10.0 {
+            format!("{ms:.1} ms")
         } else {
             format!("{ms:.0} ms")
         }
