@@ -4,13 +4,20 @@
 //! harness's in-process host).
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(worker_backend, values(\"v1\", \"component\", \"native\"))");
+    println!(
+        "cargo::rustc-check-cfg=cfg(worker_backend, values(\"v1\", \"component\", \"native\"))"
+    );
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-changed=../wit");
     let var = |name: &str| std::env::var(name).unwrap_or_default();
-    let backend = if var("CARGO_CFG_TARGET_FAMILY").split(',').all(|f| f != "wasm") {
+    let backend = if var("CARGO_CFG_TARGET_FAMILY")
+        .split(',')
+        .all(|f| f != "wasm")
+    {
         "native"
-    } else if var("CARGO_CFG_TARGET_OS") == "wasi" && std::env::var_os("CARGO_FEATURE_ABI_V1").is_none() {
+    } else if var("CARGO_CFG_TARGET_OS") == "wasi"
+        && std::env::var_os("CARGO_FEATURE_ABI_V1").is_none()
+    {
         "component"
     } else {
         "v1"

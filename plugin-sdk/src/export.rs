@@ -38,7 +38,7 @@ macro_rules! __handler_exports {
                 }
             }
 
-            $crate::bindings::__export_handler_world!(WorkerPlugin with_types_in $crate::bindings);
+    $crate::bindings::__export_handler_world!(WorkerPlugin with_types_in $crate::bindings);
         };
     };
 }

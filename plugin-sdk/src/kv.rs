@@ -90,9 +90,11 @@ pub fn get(key: &str) -> Result<Option<Vec<u8>>, KvError> {
 pub fn get_json<T: DeserializeOwned>(key: &str) -> Result<Option<T>, Error> {
     match get(key)? {
         None => Ok(None),
-        Some(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Error::fail(format_args!("kv: value of {key:?} is not the JSON expected: {e}"))),
+        Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            Error::fail(format_args!(
+                "kv: value of {key:?} is not the JSON expected: {e}"
+            ))
+        }),
     }
 }
 
@@ -108,8 +110,11 @@ pub fn set_with_ttl(key: &str, value: impl AsRef<[u8]>, ttl: Duration) -> Result
 
 /// Sets `key` to `value` serialized as JSON, without expiry.
 pub fn set_json<T: Serialize + ?Sized>(key: &str, value: &T) -> Result<(), Error> {
-    let bytes = serde_json::to_vec(value)
-        .map_err(|e| Error::fail(format_args!("kv: cannot serialize the value of {key:?}: {e}")))?;
+    let bytes = serde_json::to_vec(value).map_err(|e| {
+        Error::fail(format_args!(
+            "kv: cannot serialize the value of {key:?}: {e}"
+        ))
+    })?;
     Ok(set(key, bytes)?)
 }
 

@@ -222,7 +222,11 @@ impl Message {
             meta::CONTENT_TYPE => self.content_type.clone(),
             meta::TIMESTAMP => self.timestamp.map(|t| t.to_string()),
             meta::ATTEMPT => Some(self.attempt.to_string()),
-            meta::REDELIVERED => some(if self.redelivered { meta::TRUE } else { meta::FALSE }),
+            meta::REDELIVERED => some(if self.redelivered {
+                meta::TRUE
+            } else {
+                meta::FALSE
+            }),
             _ => None,
         }
     }

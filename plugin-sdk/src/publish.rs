@@ -230,7 +230,11 @@ impl Outgoing {
     /// The delay in whole milliseconds, rounded up from below one; 0 for none.
     pub(crate) fn delay_ms(&self) -> u64 {
         let ms = u64::try_from(self.delay.as_millis()).unwrap_or(u64::MAX);
-        if ms == 0 && !self.delay.is_zero() { 1 } else { ms }
+        if ms == 0 && !self.delay.is_zero() {
+            1
+        } else {
+            ms
+        }
     }
 }
 

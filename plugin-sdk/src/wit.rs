@@ -158,7 +158,10 @@ mod tests {
         let sub_ms = outcome_to_wit(Outcome::retry_after("r", Duration::from_micros(10)));
         assert!(matches!(
             sub_ms,
-            types::Outcome::Retry(types::RetryRequest { after_ms: Some(1), .. })
+            types::Outcome::Retry(types::RetryRequest {
+                after_ms: Some(1),
+                ..
+            })
         ));
     }
 
@@ -169,10 +172,16 @@ mod tests {
             .header("h", 1)
             .delay(Duration::from_micros(1));
         let wit = outgoing_to_wit(&out);
-        assert_eq!((wit.exchange.as_str(), wit.routing_key.as_str()), ("ex", "k"));
+        assert_eq!(
+            (wit.exchange.as_str(), wit.routing_key.as_str()),
+            ("ex", "k")
+        );
         assert_eq!(wit.body, b"b");
         assert_eq!(wit.content_type.as_deref(), Some("text/plain"));
-        assert_eq!((wit.headers[0].name.as_str(), wit.headers[0].value.as_str()), ("h", "1"));
+        assert_eq!(
+            (wit.headers[0].name.as_str(), wit.headers[0].value.as_str()),
+            ("h", "1")
+        );
         assert_eq!(wit.delay_ms, 1);
     }
 
@@ -193,7 +202,10 @@ mod tests {
             kv_error_from_wit(wit_kv::KvError::Unavailable("down".into())),
             KvError::Unavailable("down".into())
         );
-        assert_eq!(kv_error_from_wit(wit_kv::KvError::InvalidKey), KvError::InvalidKey);
+        assert_eq!(
+            kv_error_from_wit(wit_kv::KvError::InvalidKey),
+            KvError::InvalidKey
+        );
         assert_eq!(
             sql_error_from_wit(wit_sql::SqlError::Constraint("dup".into())),
             SqlError::Constraint("dup".into())
@@ -223,7 +235,11 @@ mod tests {
     #[test]
     fn levels_keep_their_order() {
         for level in Level::ALL {
-            assert_eq!(i32::from(level_to_wit(level) as u8), level.code(), "{level}");
+            assert_eq!(
+                i32::from(level_to_wit(level) as u8),
+                level.code(),
+                "{level}"
+            );
         }
     }
 }

@@ -37,8 +37,8 @@ pub async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Topology { config, apply } => topology(&config.path, apply).await,
         Command::Publish(args) => publish(args).await,
         Command::Failed { command } => failed::run(command).await,
-        Command::NewPlugin { name, dir } => {
-            let path = crate::scaffold::new_plugin(&dir, &name)?;
+        Command::NewPlugin { name, dir, lang } => {
+            let path = crate::scaffold::new_plugin(&dir, &name, lang)?;
             say!("created {}", path.display());
             Ok(())
         }

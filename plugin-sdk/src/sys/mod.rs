@@ -12,16 +12,16 @@ pub(crate) use v1::{body, config, log, meta, publish, set_reason};
 mod component;
 #[cfg(worker_backend = "component")]
 pub(crate) use component::{
-    config, kv_compare_and_swap, kv_delete, kv_get, kv_increment, kv_set, log, publish,
-    set_reason, sql_execute, sql_query,
+    config, kv_compare_and_swap, kv_delete, kv_get, kv_increment, kv_set, log, publish, set_reason,
+    sql_execute, sql_query,
 };
 
 #[cfg(worker_backend = "native")]
 pub(crate) mod native;
 #[cfg(worker_backend = "native")]
 pub(crate) use native::{
-    body, config, kv_compare_and_swap, kv_delete, kv_get, kv_increment, kv_set, log, meta,
-    publish, set_reason, sql_execute, sql_query,
+    body, config, kv_compare_and_swap, kv_delete, kv_get, kv_increment, kv_set, log, meta, publish,
+    set_reason, sql_execute, sql_query,
 };
 
 #[cfg(all(test, worker_backend = "native"))]

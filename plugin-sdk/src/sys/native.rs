@@ -143,7 +143,10 @@ pub(crate) fn kv_get(key: &str) -> Result<Option<Vec<u8>>, KvError> {
 
 pub(crate) fn kv_set(key: &str, value: &[u8], ttl_ms: Option<u64>) -> Result<(), KvError> {
     kv(|store| {
-        store.insert(checked(key)?, (value.to_vec(), ttl_ms.map(Duration::from_millis)));
+        store.insert(
+            checked(key)?,
+            (value.to_vec(), ttl_ms.map(Duration::from_millis)),
+        );
         Ok(())
     })
 }
@@ -162,7 +165,9 @@ pub(crate) fn kv_increment(key: &str, delta: i64) -> Result<i64, KvError> {
                 let n = std::str::from_utf8(v)
                     .ok()
                     .and_then(|t| t.trim().parse::<i64>().ok())
-                    .ok_or_else(|| KvError::Unavailable(format!("value of {key:?} is not an integer")))?;
+                    .ok_or_else(|| {
+                        KvError::Unavailable(format!("value of {key:?} is not an integer"))
+                    })?;
                 (n, *ttl)
             }
         };

@@ -163,7 +163,9 @@ fn send(out: Result<Outgoing, PublishError>) -> Result<(), Error> {
 /// host's `memory_limit` the allocation fails, which aborts (a trap).
 fn grow(mb: u64) {
     const PAGE: usize = 4096;
-    let bytes = usize::try_from(mb).unwrap_or(usize::MAX).saturating_mul(1 << 20);
+    let bytes = usize::try_from(mb)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(1 << 20);
     let mut hoard = vec![0u8; bytes];
     for i in (0..hoard.len()).step_by(PAGE) {
         hoard[i] = 1;

@@ -69,7 +69,10 @@ fn echo_reports_the_delivery() {
         .run(handle);
     assert_eq!(run.outcome, Outcome::Ok);
     let sent = &run.publishes[0];
-    assert_eq!((sent.exchange.as_str(), sent.routing_key.as_str()), ("master", "echo.back"));
+    assert_eq!(
+        (sent.exchange.as_str(), sent.routing_key.as_str()),
+        ("master", "echo.back")
+    );
     assert_eq!(sent.content_type.as_deref(), Some("application/json"));
     let report: Value = sent.json().unwrap();
     assert_eq!(report["config"], json!({"greeting": "hi", "n": 1}));
@@ -95,7 +98,9 @@ fn echo_without_config_or_message_id() {
 fn count_goes_up_once_per_call_in_one_instance() {
     let echo = json!({"echo": {"exchange": "x", "routing_key": "k"}});
     let count = |run: worker_plugin_sdk::testing::TestRun| {
-        run.publishes[0].json::<Value>().unwrap()["count"].as_u64().unwrap()
+        run.publishes[0].json::<Value>().unwrap()["count"]
+            .as_u64()
+            .unwrap()
     };
     let first = count(run(echo.clone()));
     assert_eq!(count(run(echo)), first + 1);
@@ -126,7 +131,9 @@ fn publishes_each_with_its_delay() {
 #[test]
 fn a_refused_publish_fails_with_the_world_s_error_name() {
     let body = json!({"publish": [{"exchange": "elsewhere", "routing_key": "k", "body": ""}]});
-    let run = TestMessage::json(&body).allow_publish(["master"]).run(handle);
+    let run = TestMessage::json(&body)
+        .allow_publish(["master"])
+        .run(handle);
     assert_eq!(run.outcome, Outcome::fail("publish refused: not-allowed"));
     let delayed = json!({"publish": [{"exchange": "master", "routing_key": "k", "delay_ms": 10}]});
     let run = TestMessage::json(&delayed).refuse_delays().run(handle);
@@ -141,7 +148,9 @@ fn grow_allocates_and_returns() {
 
 #[test]
 fn trap_crashes_before_anything_later() {
-    let run = run(json!({"log": "first", "trap": true, "publish": [{"exchange": "x", "routing_key": "k"}]}));
+    let run = run(
+        json!({"log": "first", "trap": true, "publish": [{"exchange": "x", "routing_key": "k"}]}),
+    );
     assert!(run.outcome.is_retry(), "{:?}", run.outcome);
     assert!(run.outcome.reason().unwrap().contains("trap requested"));
     assert!(run.logged("first"));

@@ -24,7 +24,10 @@ pub fn component(bytes: &[u8]) -> anyhow::Result<()> {
         DecodedWasm::WitPackage(..) => bail!("a WIT package, not a component"),
     };
     let handle = |resolve: &Resolve, world: WorldId| -> Option<Function> {
-        match resolve.worlds[world].exports.get(&WorldKey::Name(HANDLE.to_owned()))? {
+        match resolve.worlds[world]
+            .exports
+            .get(&WorldKey::Name(HANDLE.to_owned()))?
+        {
             WorldItem::Function(f) => Some(f.clone()),
             _ => None,
         }
@@ -139,8 +142,18 @@ mod tests {
         let WorldItem::Function(f) = handle else {
             panic!("handle is not a function");
         };
-        assert!(same_type(&resolve, &f.params[0].ty, &resolve, &f.params[0].ty));
-        assert!(!same_type(&resolve, &f.params[0].ty, &resolve, &f.result.unwrap()));
+        assert!(same_type(
+            &resolve,
+            &f.params[0].ty,
+            &resolve,
+            &f.params[0].ty
+        ));
+        assert!(!same_type(
+            &resolve,
+            &f.params[0].ty,
+            &resolve,
+            &f.result.unwrap()
+        ));
     }
 
     #[test]
