@@ -467,3 +467,6 @@ fn install_panic_hook() {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod component_tests;
