@@ -155,11 +155,24 @@ crate_abi() { # MANIFEST
     esac
 }
 
-# The crate's library name: its package name with `_` for `-`.
+# The crate's package name.
+crate_name() { # MANIFEST
+    sed -n 's/^name *= *"\(.*\)"/\1/p' "$1" | head -n1
+}
+
+# The crate's library name, the built file's stem: its package name with `_` for `-`.
 crate_lib() { # MANIFEST
     local crate
-    crate=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$1" | head -n1)
+    crate=$(crate_name "$1")
     echo "${crate//-/_}"
+}
+
+# `-p NAME` for each crate, one word a line (for mapfile).
+packages_args() { # MANIFEST...
+    local manifest
+    for manifest in "$@"; do
+        printf -- '-p\n%s\n' "$(crate_name "$manifest")"
+    done
 }
 
 # Builds tools/componentize with the host's own cargo (release, in the root workspace's target
@@ -207,8 +220,7 @@ for manifest in "$PLUGINS"/*/Cargo.toml; do
         2) component_crates+=("$manifest") ;;
     esac
 done
-# One cargo run per kind, naming its crates: features (the SDK's abi-v1) and targets differ.
-packages_args() { local m; for m in "$@"; do printf -- '-p\n%s\n' "$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$m" | head -n1)"; done; }
+# One cargo run per kind, naming its crates: their targets and the SDK's features differ.
 if [[ ${#v1_crates[@]} -gt 0 || ${#component_crates[@]} -gt 0 ]]; then
     ensure_packages rust-host # build scripts and proc macros link natively, with cc
     unset CARGO_BUILD_TARGET
@@ -253,10 +265,10 @@ if [[ ${#component_crates[@]} -gt 0 ]]; then
 fi
 
 # --- Python plugins -------------------------------------------------------------------------
-# (componentize-py; not built yet)
+# Not built yet: folders with app.py (componentize-py) will be built here, into COMPONENTS.
 
 # --- JavaScript plugins ---------------------------------------------------------------------
-# (componentize-js; not built yet)
+# Not built yet: folders with app.js (componentize-js) will be built here, into COMPONENTS.
 
 # --- C plugins ------------------------------------------------------------------------------
 CLANG=""
@@ -281,6 +293,9 @@ done
 
 [[ ${#BUILT[@]} -gt 0 ]] || die "no plugins found in $PLUGINS"
 [[ ${#MODULES[@]} -eq 0 ]] || check_abi "${MODULES[@]}"
-[[ ${#COMPONENTS[@]} -eq 0 ]] || "$COMPONENTIZE" check "${COMPONENTS[@]}"
+if [[ ${#COMPONENTS[@]} -gt 0 ]]; then
+    componentize_tool
+    "$COMPONENTIZE" check "${COMPONENTS[@]}"
+fi
 END_NS=$(date +%s%N)
 printf 'built %d plugins in %s s\n' "${#BUILT[@]}" "$(awk "BEGIN{printf \"%.1f\", ($END_NS-$START_NS)/1e9}")"
