@@ -157,7 +157,7 @@ fn root_path(plugins_dir: &Path) -> anyhow::Result<String> {
     let root = built_with
         .join("plugin-sdk")
         .canonicalize()
-        .and_then(|sdk| Ok(sdk.parent().map(Path::to_path_buf).unwrap_or(sdk)))
+        .map(|sdk| sdk.parent().map(Path::to_path_buf).unwrap_or(sdk))
         .with_context(|| {
             format!(
                 "cannot find the plugin SDK beside {} or at {}",
