@@ -1,11 +1,13 @@
 //! Native unit tests for plugins: call a handler with a made-up message and get back its answer,
-//! the messages it asked to publish, the lines it logged, the key-value store afterwards and the
-//! SQL statements it ran. Only built for native targets.
+//! the messages it asked to publish, the lines it logged, the key-value store afterwards, the SQL
+//! statements it ran and the HTTP requests it sent. Only built for native targets.
 //!
 //! [`TestMessage::run`] calls the handler the way a component host does (the world's `handle`,
 //! through the generated bindings); [`TestMessage::run_v1`] the way an ABI v1 host does. Key-value
-//! and SQL are in-memory fakes: preload the store with [`TestMessage::kv`], script query answers
-//! with [`TestMessage::sql_rows`], and read [`TestRun::kv`] and [`TestRun::sql`] afterwards.
+//! and SQL are in-memory fakes, HTTP a scripted one: preload the store with [`TestMessage::kv`],
+//! script query answers with [`TestMessage::sql_rows`] and HTTP answers with
+//! [`TestMessage::http_response`], and read [`TestRun::kv`], [`TestRun::sql`] and [`TestRun::http`]
+//! afterwards.
 //!
 //! ```
 //! use worker_plugin_sdk::{Message, Outcome, testing::TestMessage};
@@ -28,6 +30,7 @@ use serde::de::DeserializeOwned;
 use worker_abi::{Answer, meta};
 
 use crate::bindings::worker::plugin::types::{Delivery, Header};
+use crate::http::{HttpError, Request, Response};
 use crate::kv::KvError;
 use crate::sql::{Rows, SqlError, Value};
 use crate::sys::native::{self, Context};
@@ -54,6 +57,8 @@ pub struct TestMessage {
     sql_error: Option<SqlError>,
     sql_rows: VecDeque<Rows>,
     sql_affected: VecDeque<u64>,
+    http_error: Option<HttpError>,
+    http_responses: VecDeque<Response>,
 }
 
 impl TestMessage {
@@ -81,6 +86,8 @@ impl TestMessage {
             sql_error: None,
             sql_rows: VecDeque::new(),
             sql_affected: VecDeque::new(),
+            http_error: None,
+            http_responses: VecDeque::new(),
         }
     }
 
@@ -243,6 +250,19 @@ impl TestMessage {
         self
     }
 
+    /// Answers the next HTTP request (in call order) with this response; requests beyond the
+    /// scripted ones get [`HttpError::Unavailable`].
+    pub fn http_response(mut self, response: Response) -> Self {
+        self.http_responses.push_back(response);
+        self
+    }
+
+    /// Answers every HTTP request with this error (the request is still recorded).
+    pub fn http_error(mut self, error: HttpError) -> Self {
+        self.http_error = Some(error);
+        self
+    }
+
     /// Calls `handler` the way a component host does (the world's `handle` export, through the
     /// generated bindings) and reports what it did.
     ///
@@ -326,6 +346,8 @@ impl TestMessage {
             sql_error: self.sql_error,
             sql_rows: self.sql_rows,
             sql_affected: self.sql_affected,
+            http_error: self.http_error,
+            http_responses: self.http_responses,
             ..Context::default()
         });
         let answer = catch_unwind(AssertUnwindSafe(|| call(&native::reason)));
@@ -350,6 +372,7 @@ impl TestMessage {
                 .collect(),
             kv: ctx.kv.into_iter().map(|(k, (v, _))| (k, v)).collect(),
             sql: ctx.sql_calls,
+            http: ctx.http_calls,
         }
     }
 }
@@ -369,6 +392,8 @@ pub struct TestRun {
     pub kv_ttl: BTreeMap<String, Duration>,
     /// The SQL statements it ran, in order. The host commits them only if the outcome is ok.
     pub sql: Vec<SqlCall>,
+    /// The HTTP requests it sent, in order.
+    pub http: Vec<Request>,
 }
 
 impl TestRun {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use worker_abi::{PUBLISH_ACCEPTED, PublishRefusal, limits};
 
+use crate::http::{self, HttpError, Request, Response};
 use crate::kv::KvError;
 use crate::sql::{Rows, SqlError, Value};
 use crate::testing::{SqlCall, SqlKind};
@@ -43,6 +44,12 @@ pub(crate) struct Context {
     pub(crate) sql_affected: VecDeque<u64>,
     /// Every SQL statement, in call order.
     pub(crate) sql_calls: Vec<SqlCall>,
+    /// Every HTTP call answers this error.
+    pub(crate) http_error: Option<HttpError>,
+    /// Scripted answers of HTTP requests, in call order.
+    pub(crate) http_responses: VecDeque<Response>,
+    /// Every HTTP request, in call order.
+    pub(crate) http_calls: Vec<Request>,
 }
 
 thread_local! {
@@ -226,6 +233,25 @@ pub(crate) fn sql_execute(statement: &str, params: &[Value]) -> Result<u64, SqlE
     sql(SqlKind::Execute, statement, params, |c| {
         c.sql_affected.pop_front().unwrap_or(0)
     })
+}
+
+/// Records the request, then answers its scripted error or the next scripted response; past the
+/// script, `unavailable`. The URL is checked as the component backend checks it.
+pub(crate) fn http_send(request: &Request) -> Result<Response, HttpError> {
+    http::split_url(&request.url)?;
+    with(|c| {
+        c.http_calls.push(request.clone());
+        if let Some(e) = &c.http_error {
+            return Err(e.clone());
+        }
+        c.http_responses.pop_front().ok_or_else(|| {
+            HttpError::Unavailable(format!(
+                "no scripted answer for {} {} (TestMessage::http_response)",
+                request.method, request.url
+            ))
+        })
+    })
+    .unwrap_or_else(|| Err(HttpError::Unavailable("no test run".to_owned())))
 }
 
 impl Context {

@@ -238,3 +238,75 @@ fn outside_a_run_kv_and_sql_are_unavailable() {
         Err(SqlError::Unavailable(_))
     ));
 }
+
+#[test]
+fn the_http_fake_records_requests_and_answers_from_its_script() {
+    use crate::http::{self, HttpError, Request, Response};
+    let run = TestMessage::new("")
+        .http_response(
+            Response::new(200)
+                .header("Content-Type", "application/json")
+                .with_body(r#"{"stock": 3}"#),
+        )
+        .run(|_: &Message| -> Result<(), Error> {
+            let answer = Request::get("https://stock.example/items/7")
+                .header("accept", "application/json")
+                .timeout(Duration::from_secs(2))
+                .send()?;
+            assert!(answer.is_success());
+            assert_eq!(
+                answer.header_value("content-type"),
+                Some("application/json")
+            );
+            let stock: serde_json::Value = answer.json()?;
+            assert_eq!(stock["stock"], 3);
+            // Beyond the script, and a URL the backend would refuse.
+            assert!(matches!(
+                http::get("http://x/"),
+                Err(HttpError::Unavailable(_))
+            ));
+            assert!(matches!(http::get("ftp://x/"), Err(HttpError::Invalid(_))));
+            let posted = Request::new("put", "http://x/")
+                .json(&serde_json::json!({"a": 1}))?
+                .send();
+            assert!(posted.is_err());
+            Ok(())
+        });
+    assert!(run.outcome.is_ok(), "{:?}", run.outcome);
+    let sent: Vec<_> = run
+        .http
+        .iter()
+        .map(|r| (r.method.as_str(), r.url.as_str()))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("GET", "https://stock.example/items/7"),
+            ("GET", "http://x/"),
+            ("PUT", "http://x/")
+        ]
+    );
+    assert_eq!(run.http[0].timeout, Some(Duration::from_secs(2)));
+    assert_eq!(run.http[2].body, br#"{"a":1}"#);
+}
+
+#[test]
+fn http_errors_retry_or_fail_as_they_should() {
+    use crate::http::{self, HttpError};
+    let get = |_: &Message| -> Result<(), Error> {
+        http::get("https://api.example/")?;
+        Ok(())
+    };
+    let cases = [
+        (HttpError::Denied, true),
+        (HttpError::Timeout, true),
+        (HttpError::Unavailable("refused".into()), true),
+        (HttpError::Invalid("uri".into()), false),
+        (HttpError::TooLarge, false),
+    ];
+    for (error, retries) in cases {
+        let run = TestMessage::new("").http_error(error.clone()).run(get);
+        assert_eq!(run.outcome.is_retry(), retries, "{error:?}");
+        assert_eq!(run.http.len(), 1);
+    }
+}
