@@ -39,8 +39,10 @@ const LANGS: [Lang; 3] = [
 
 impl Lang {
     pub fn path(&self) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../plugins")
+        let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+        host.parent()
+            .unwrap_or(host)
+            .join("plugins")
             .join(self.file)
     }
 }

@@ -82,17 +82,17 @@ pub fn print(rows: &[Row]) {
     );
     println!();
     println!(
-        "| plugin | instance | .wasm | compiled | compile | cached load | median µs | p99 µs | median vs v1 | p99 vs v1 | RSS loaded MiB | RSS after 8 concurrent MiB | peak RSS MiB |"
+        "| plugin | instance | .wasm | compiled | compile | cached load | median µs | p99 µs | median vs v1 | p99 vs v1 | RSS loaded MiB | RSS after 8 concurrent MiB | of which anon MiB | peak RSS MiB |"
     );
-    println!("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    println!("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for row in rows {
         let l = row.loaded;
         let warm = match row.rss.instances {
-            Some(n) => format!("{} ({n} instances)", mib(row.rss.warm_kib)),
+            Some(n) => format!("{} ({n} warm)", mib(row.rss.warm_kib)),
             None => mib(row.rss.warm_kib),
         };
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} |",
             l.label,
             row.mode,
             size(l.file_bytes),
@@ -105,12 +105,14 @@ pub fn print(rows: &[Row]) {
             row.latency.p99_us / v1.latency.p99_us,
             mib(row.rss.loaded_kib),
             warm,
+            mib(row.rss.warm_anon_kib),
             mib(row.rss.peak_kib),
         );
     }
     println!();
     println!(
         "compile: first load (components: compiled by a `worker-host compile-plugin` child, \
-         written to the cache, loaded); cached load: the same file again, from the cache."
+         written to the cache, loaded); cached load: the same file again, from the cache. \
+         anon: RssAnon, the rest is mapped files (the executable, the artifacts) and shared memory."
     );
 }

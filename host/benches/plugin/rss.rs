@@ -23,6 +23,10 @@ pub struct Rss {
     pub loaded_kib: u64,
     /// After the rounds of 8 concurrent calls.
     pub warm_kib: u64,
+    /// Of `warm_kib`, anonymous pages: what the process itself owns. The rest is mapped files
+    /// (the executable, the compiled artifacts mapped from the cache), shared with the page
+    /// cache and reclaimable, and shared memory.
+    pub warm_anon_kib: u64,
     /// The peak over the child's life.
     pub peak_kib: u64,
     /// Instances created over the rounds (reuse: the warm ones kept).
@@ -66,11 +70,12 @@ pub fn measure(cache: &Path, plugin: &Path, mode: &str, rounds: usize) -> Rss {
         loaded_kib: n[1],
         warm_kib: n[2],
         peak_kib: n[3],
-        instances: (mode == "reuse").then_some(n[4] as usize),
+        warm_anon_kib: n[4],
+        instances: (mode == "reuse").then_some(n[5] as usize),
     }
 }
 
-/// The child's side; prints `rss-result <runtime> <loaded> <warm> <peak> <instances>`.
+/// The child's side; prints `rss-result <runtime> <loaded> <warm> <peak> <warm anon> <instances>`.
 pub fn child() {
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} unset"));
     let plugin_path = var("WORKER_BENCH_RSS_PLUGIN");
@@ -121,7 +126,12 @@ pub fn child() {
                 .into_iter()
                 .map(|call| {
                     let inv = call.join().expect("call thread");
-                    assert_eq!(inv.answer, Ok(Answer::Ok), "{plugin_path}: {:?}", inv.cause());
+                    assert_eq!(
+                        inv.answer,
+                        Ok(Answer::Ok),
+                        "{plugin_path}: {:?}",
+                        inv.cause()
+                    );
                     inv.publishes.iter().filter(|p| first_call(&p.body)).count()
                 })
                 .sum::<usize>()
@@ -129,7 +139,10 @@ pub fn child() {
     }
     let warm_kib = status_kib("VmRSS:");
     let peak_kib = status_kib("VmHWM:");
-    println!("rss-result {runtime_kib} {loaded_kib} {warm_kib} {peak_kib} {instances}");
+    let warm_anon_kib = status_kib("RssAnon:");
+    println!(
+        "rss-result {runtime_kib} {loaded_kib} {warm_kib} {peak_kib} {warm_anon_kib} {instances}"
+    );
 }
 
 /// The 1 KiB object plus the demos' `echo` command, whose published `count` is 1 on an
