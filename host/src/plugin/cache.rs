@@ -7,6 +7,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -154,7 +155,12 @@ fn store(entry: &Path, artifact: &[u8]) -> std::io::Result<()> {
         .parent()
         .ok_or_else(|| std::io::Error::other("cache entry without a directory"))?;
     std::fs::create_dir_all(dir)?;
-    let tmp = entry.with_extension(format!("tmp.{}", std::process::id()));
+    // Unique per write, not only per process: two loads of the same file in one process (two
+    // services in a test binary, a reload racing a config change) would otherwise write one temp
+    // file at once, and one of them rename the other's half-written artifact into place.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, Ordering::Relaxed);
+    let tmp = entry.with_extension(format!("tmp.{}.{n}", std::process::id()));
     std::fs::write(&tmp, artifact)?;
     std::fs::rename(&tmp, entry)?;
     prune(dir);
