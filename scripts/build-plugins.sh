@@ -193,6 +193,14 @@ if compgen -G "$PLUGINS/*/app.js" >/dev/null; then
     PLUGINS_DIR="$PLUGINS" PLUGINS_TARGET_DIR="$TARGET_DIR" "$ROOT/scripts/build-js.sh"
 fi
 
+# --- Python plugins -------------------------------------------------------------------------
+# Folders with an app.py: components made by componentize-py, in scripts/build-python.sh (its own
+# venv and skip-when-unchanged check). Not in BUILT: check_abi is for ABI v1 modules.
+python_apps=("$PLUGINS"/*/app.py)
+if [[ ${#python_apps[@]} -gt 0 ]]; then
+    PLUGINS_DIR="$PLUGINS" PLUGINS_TARGET_DIR="$TARGET_DIR" "$ROOT/scripts/build-python.sh"
+fi
+
 [[ ${#BUILT[@]} -gt 0 ]] || die "no plugins found in $PLUGINS"
 check_abi "${BUILT[@]}"
 END_NS=$(date +%s%N)

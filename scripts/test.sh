@@ -31,5 +31,10 @@ step "tests that restart RabbitMQ or change it for everyone (alone, one at a tim
     broker_restart_ broker_global_
 step "the new-plugin template builds and passes its test" scripts/new-plugin.sh --check
 step "plugins' native tests" cargo test --locked --manifest-path plugins/Cargo.toml
+step "JavaScript SDK and plugins' native tests" scripts/test-js.sh
+step "the JavaScript template builds and passes its test" scripts/test-js.sh --template
+step "Python SDK and plugins' native tests, and the Python template" scripts/test-python.sh --template
 
-awk '/^test result:/ { p += $4; f += $6 } END { printf "all tests: %d passed, %d failed\n", p, f }' "$log"
+awk '/^test result:/ { p += $4; f += $6 }
+     /^js tests:/ { p += $3; f += $5 }
+     /^python: [0-9]+ passed/ { p += $2; f += $4 } END { printf "all tests: %d passed, %d failed\n", p, f }' "$log"
