@@ -140,8 +140,14 @@ async fn outcomes_limits_and_instances(lang: &str) {
     println!("{lang}: service consuming after {:?}", started.elapsed());
     let fresh_key = |k: &str| format!("{}.fresh.{k}", n.p);
 
-    // Slow ones first, collected at the end: a retry after 1.5 s (retry_delays says 200 ms), a
-    // plain retry, a fail with an echo (never published), and a body that is no JSON object.
+    // Slow ones first, watched from the side (their park time is taken as they arrive): a retry
+    // after 1.5 s (retry_delays says 200 ms), a plain retry, a fail with an echo (never
+    // published), and a body that is no JSON object.
+    let q_failed = format!("{}@failed", n.q());
+    let watcher = tokio::spawn(async move {
+        let (_conn, ch) = common::channel().await;
+        parked(&ch, &q_failed, 4).await
+    });
     let sent = Instant::now();
     let later = body(json!({"outcome": "retry", "reason": "later", "after_ms": 1500}));
     send(
@@ -283,7 +289,7 @@ async fn outcomes_limits_and_instances(lang: &str) {
     assert!(grow_cause.starts_with("memory limit"), "{grow_cause}");
 
     // What the first messages became.
-    let q_parked = parked(&ch, &format!("{}@failed", n.q()), 4).await;
+    let q_parked = watcher.await.expect("the watcher of Q@failed");
     let of = |b: &[u8]| &q_parked[&String::from_utf8_lossy(b).into_owned()];
     let (busy_p, later_p) = (of(&busy), of(&later));
     for (p, reason) in [(busy_p, "busy"), (later_p, "later")] {
