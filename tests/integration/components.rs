@@ -304,7 +304,18 @@ async fn outcomes_limits_and_instances(lang: &str) {
             p.headers
         );
         assert_eq!(p.headers["worker-error"], reason, "{:?}", p.headers);
+        assert_eq!(
+            p.headers["x-orig-routing-key"],
+            fresh_key(reason),
+            "{:?}",
+            p.headers
+        );
     }
+    let waited = busy_p.at.duration_since(sent);
+    assert!(
+        waited >= Duration::from_millis(200),
+        "retry_delays respected: {waited:?}"
+    );
     let waited = later_p.at.duration_since(sent);
     println!("{lang}: retry after 1500 ms came back and was parked after {waited:?}");
     assert!(
