@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # Builds every plugin in plugins/ into plugins/<name>.wasm, from any working directory.
 #
-# Rust plugins (folders with a Cargo.toml, members of the separate plugins/ workspace) build for
-# wasm32-unknown-unknown with rustup's target, which the script adds when missing; when rustup is
-# missing or cannot add it (offline), with Debian's rustc-web and -Zbuild-std (std compiled from
-# rust-web-src). C plugins (folders with *.c and no Cargo.toml) build with clang --target=wasm32
-# and lld's wasm-ld, without any libc. Packages come from scripts/packages.txt (groups
-# wasm-debian, wasi-debian, c-plugins), installed when missing.
+# Rust plugins (folders with a Cargo.toml, members of the separate plugins/ workspace) are of two
+# kinds, told apart by the crate's `[package.metadata.worker] abi` (plugins/README.md):
+# - ABI v1 core modules (no key, or `abi = 1`): built for wasm32-unknown-unknown (WASM_TARGET)
+#   with rustup's target, which the script adds when missing; when rustup is missing or cannot add
+#   it (offline), with Debian's rustc-web and -Zbuild-std (std compiled from rust-web-src).
+# - components of the world worker:plugin/handler@2.0.0 (`abi = 2`): built for rustup's
+#   wasm32-wasip2 target (added when missing); without it, with Debian's rustc-web for
+#   wasm32-wasip1 (-Zbuild-std, wasi-libc) and made a component by tools/componentize (the WASI
+#   preview1 adapter, applied with wit-component), which the host's own cargo builds.
+# Every component is checked by tools/componentize (exports `handle` as the world types it,
+# imports only the world and WASI); every core module by check_abi.
+# C plugins (folders with *.c and no Cargo.toml) build with clang --target=wasm32 and lld's wasm-ld,
+# without any libc. Packages come from scripts/packages.txt (groups wasm-debian, wasi-debian,
+# c-plugins), installed when missing.
 #
 # Idempotent: an output is replaced (atomically) only when its bytes changed, so the host's plugin
 # watcher sees no spurious reloads. Prints each module's size and the total time.
 #
 #   scripts/build-plugins.sh            # build everything
-#   WASM_TARGET=wasm32-wasip1 scripts/build-plugins.sh   # the WASI target instead (see README)
+#   WASM_TARGET=wasm32-wasip1 scripts/build-plugins.sh   # ABI v1 modules for WASI (see README)
 #   WORKER_WASM_TOOLCHAIN=debian|rustup                  # force one Rust toolchain (default: auto)
 #   PLUGINS_DIR=... PLUGINS_TARGET_DIR=...               # another plugins workspace / target dir
 set -euo pipefail
@@ -20,7 +28,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PLUGINS="${PLUGINS_DIR:-$ROOT/plugins}"
 TARGET_DIR="${PLUGINS_TARGET_DIR:-$PLUGINS/target}"
-TARGET="${WASM_TARGET:-wasm32-unknown-unknown}"
+TARGET="${WASM_TARGET:-wasm32-unknown-unknown}"   # of ABI v1 modules
+COMPONENT_TARGET=wasm32-wasip2                    # of components, with rustup
 TOOLCHAIN="${WORKER_WASM_TOOLCHAIN:-auto}"
 START_NS=$(date +%s%N)
 source "$ROOT/scripts/packages.sh"
@@ -85,50 +94,99 @@ sys.exit(1 if bad else 0)
 PY
 }
 
-# True when rustup has the target, adding it if missing (time-bounded: offline, it may hang).
-rustup_target() {
+# True when rustup has TARGET, adding it if missing (time-bounded: offline, it may hang).
+rustup_target() { # TARGET
     command -v rustup >/dev/null || return 1
     local out
     out=$(cd "$PLUGINS" && rustup target list --installed 2>/dev/null) || true
-    grep -qx "$TARGET" <<<"$out" && return 0
-    if out=$(cd "$PLUGINS" && timeout 120 rustup --quiet target add "$TARGET" 2>&1); then
-        say "rust: added rustup's $TARGET target"
+    grep -qx "$1" <<<"$out" && return 0
+    if out=$(cd "$PLUGINS" && timeout 120 rustup --quiet target add "$1" 2>&1); then
+        say "rust: added rustup's $1 target"
         return 0
     fi
-    say "rust: rustup could not add $TARGET: $(printf '%s\n' "$out" | tail -n1)"
+    say "rust: rustup could not add $1: $(printf '%s\n' "$out" | tail -n1)"
     return 1
 }
 
-# Sets RUST_BUILD, the cargo command: rustup's target, else Debian's rustc-web with -Zbuild-std.
-rust_toolchain() {
+# Sets RUST_BUILD, the cargo command for WANTED (a wasm target), and RUST_TARGET, the target it
+# builds for: rustup's WANTED target, else Debian's rustc-web with -Zbuild-std for DEBIAN_TARGET
+# (WANTED by default; components take wasm32-wasip1 there, which Debian's wasi-libc supports).
+rust_toolchain() { # WANTED [DEBIAN_TARGET]
+    local wanted=$1 debian_target=${2:-$1}
     case $TOOLCHAIN in
         auto | rustup)
-            if rustup_target; then
-                say "rust: rustup's $TARGET target"
+            if rustup_target "$wanted"; then
+                say "rust: rustup's $wanted target"
                 RUST_BUILD=(env -u RUSTC -u RUSTC_BOOTSTRAP cargo build)
+                RUST_TARGET=$wanted
                 return 0
             fi
-            [[ $TOOLCHAIN == auto ]] || die "WORKER_WASM_TOOLCHAIN=rustup, but rustup has no $TARGET target"
+            [[ $TOOLCHAIN == auto ]] || die "WORKER_WASM_TOOLCHAIN=rustup, but rustup has no $wanted target"
             ;;
         debian) ;;
         *) die "WORKER_WASM_TOOLCHAIN is auto, rustup or debian, not '$TOOLCHAIN'" ;;
     esac
-    say "rust: Debian's rustc-web with -Zbuild-std"
+    say "rust: Debian's rustc-web with -Zbuild-std for $debian_target"
     ensure_packages wasm-debian
-    [[ $TARGET != wasm32-wasip1 ]] || ensure_packages wasi-debian
+    [[ $debian_target != wasm32-wasi* ]] || ensure_packages wasi-debian
     [[ -x /usr/bin/rustc && -x /usr/bin/cargo ]] || die "/usr/bin/rustc or /usr/bin/cargo missing after install"
     # rustc's default wasm linker, /usr/bin/rust-lld, comes with rust-web-llvm, a Recommends that
     # pulls all of llvm-22 (90 MB) and still not lld-22; lld's wasm-ld is the same linker.
     WASM_LD=$(versioned_tool wasm-debian lld wasm-ld)
-    local linker_var
-    linker_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$TARGET")_LINKER"
-    RUST_BUILD=(env RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 "$linker_var=$WASM_LD" /usr/bin/cargo build
-        -Zbuild-std=std,panic_abort)
-    if [[ $TARGET == wasm32-wasip1 ]]; then
-        export RUSTFLAGS="-C link-self-contained=no -L native=/usr/lib/wasm32-wasi"
-    else
-        unset RUSTFLAGS
-    fi
+    local linker_var flags=()
+    linker_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$debian_target")_LINKER"
+    # WASI's libc is Debian's wasi-libc, not one shipped with the target.
+    [[ $debian_target != wasm32-wasi* ]] ||
+        flags=("RUSTFLAGS=-C link-self-contained=no -L native=/usr/lib/wasm32-wasi")
+    RUST_BUILD=(env -u RUSTFLAGS "${flags[@]}" RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1
+        "$linker_var=$WASM_LD" /usr/bin/cargo build -Zbuild-std=std,panic_abort)
+    RUST_TARGET=$debian_target
+}
+
+# The ABI a plugin crate is built for: its `[package.metadata.worker] abi`, 1 without one.
+crate_abi() { # MANIFEST
+    local abi
+    abi=$(awk '/^[[:space:]]*\[/ { section = $0; gsub(/[[:space:]]/, "", section); next }
+        section == "[package.metadata.worker]" && /^[[:space:]]*abi[[:space:]]*=/ {
+            sub(/^[^=]*=[[:space:]]*/, ""); sub(/[^0-9].*$/, ""); print; exit }' "$1")
+    case ${abi:-1} in
+        1 | 2) echo "${abi:-1}" ;;
+        *) die "$1: [package.metadata.worker] abi is 1 or 2, not '$abi'" ;;
+    esac
+}
+
+# The crate's package name.
+crate_name() { # MANIFEST
+    sed -n 's/^name *= *"\(.*\)"/\1/p' "$1" | head -n1
+}
+
+# The crate's library name, the built file's stem: its package name with `_` for `-`.
+crate_lib() { # MANIFEST
+    local crate
+    crate=$(crate_name "$1")
+    echo "${crate//-/_}"
+}
+
+# `-p NAME` for each crate, one word a line (for mapfile).
+packages_args() { # MANIFEST...
+    local manifest
+    for manifest in "$@"; do
+        printf -- '-p\n%s\n' "$(crate_name "$manifest")"
+    done
+}
+
+# Builds tools/componentize with the host's own cargo (release, in the root workspace's target
+# dir) and sets COMPONENTIZE to it.
+componentize_tool() {
+    [[ -z ${COMPONENTIZE:-} ]] || return 0
+    source "$ROOT/scripts/rust.sh"
+    ensure_cargo
+    say "rust: building tools/componentize (host cargo)"
+    local target_dir=${CARGO_TARGET_DIR:-$ROOT/target}
+    (cd "$ROOT" && env -u RUSTFLAGS -u CARGO_BUILD_TARGET cargo build --release \
+        -p componentize --target-dir "$target_dir")
+    COMPONENTIZE=$target_dir/release/componentize
+    [[ -x $COMPONENTIZE ]] || die "expected $COMPONENTIZE after the build"
 }
 
 # Prints the path of TOOL-N, N being the version of the PACKAGE-N in GROUP of
@@ -148,23 +206,69 @@ c_toolchain() {
     WASM_LD=$(versioned_tool c-plugins lld wasm-ld)
 }
 
-BUILT=()
+BUILT=()      # every output, for the size list
+MODULES=()    # core modules, for check_abi
+COMPONENTS=() # components, for componentize check
 shopt -s nullglob
 
 # --- Rust plugins ---------------------------------------------------------------------------
-rust_crates=()
-for manifest in "$PLUGINS"/*/Cargo.toml; do rust_crates+=("$manifest"); done
-if [[ ${#rust_crates[@]} -gt 0 ]]; then
+v1_crates=()
+component_crates=()
+for manifest in "$PLUGINS"/*/Cargo.toml; do
+    case $(crate_abi "$manifest") in
+        1) v1_crates+=("$manifest") ;;
+        2) component_crates+=("$manifest") ;;
+    esac
+done
+# One cargo run per kind, naming its crates: their targets and the SDK's features differ.
+if [[ ${#v1_crates[@]} -gt 0 || ${#component_crates[@]} -gt 0 ]]; then
     ensure_packages rust-host # build scripts and proc macros link natively, with cc
-    rust_toolchain
-    unset CARGO_BUILD_TARGET CARGO_TARGET_DIR
-    (cd "$PLUGINS" && "${RUST_BUILD[@]}" --release --workspace --target "$TARGET" --target-dir "$TARGET_DIR")
-    for manifest in "${rust_crates[@]}"; do
-        crate=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$manifest" | head -n1)
-        lib=${crate//-/_}
-        publish_module "$TARGET_DIR/$TARGET/release/$lib.wasm" "$PLUGINS/$lib.wasm"
+    unset CARGO_BUILD_TARGET
+fi
+if [[ ${#component_crates[@]} -gt 0 ]]; then
+    componentize_tool # before CARGO_TARGET_DIR is dropped: it may point at the host's target dir
+fi
+unset CARGO_TARGET_DIR
+
+if [[ ${#v1_crates[@]} -gt 0 ]]; then
+    rust_toolchain "$TARGET"
+    features=()
+    # On a WASI target the SDK would make a component; these crates are ABI v1.
+    [[ $RUST_TARGET != wasm32-wasi* ]] || features=(--features worker-plugin-sdk/abi-v1)
+    mapfile -t packages < <(packages_args "${v1_crates[@]}")
+    (cd "$PLUGINS" && "${RUST_BUILD[@]}" --release "${packages[@]}" "${features[@]}" \
+        --target "$RUST_TARGET" --target-dir "$TARGET_DIR")
+    for manifest in "${v1_crates[@]}"; do
+        lib=$(crate_lib "$manifest")
+        publish_module "$TARGET_DIR/$RUST_TARGET/release/$lib.wasm" "$PLUGINS/$lib.wasm"
+        MODULES+=("$PLUGINS/$lib.wasm")
     done
 fi
+
+if [[ ${#component_crates[@]} -gt 0 ]]; then
+    rust_toolchain "$COMPONENT_TARGET" wasm32-wasip1
+    mapfile -t packages < <(packages_args "${component_crates[@]}")
+    (cd "$PLUGINS" && "${RUST_BUILD[@]}" --release "${packages[@]}" \
+        --target "$RUST_TARGET" --target-dir "$TARGET_DIR")
+    for manifest in "${component_crates[@]}"; do
+        lib=$(crate_lib "$manifest")
+        built="$TARGET_DIR/$RUST_TARGET/release/$lib.wasm"
+        if [[ $RUST_TARGET != "$COMPONENT_TARGET" ]]; then
+            # A wasip1 core module: the adapter makes it a component.
+            mkdir -p "$TARGET_DIR/components"
+            "$COMPONENTIZE" adapt "$built" "$TARGET_DIR/components/$lib.wasm"
+            built="$TARGET_DIR/components/$lib.wasm"
+        fi
+        publish_module "$built" "$PLUGINS/$lib.wasm"
+        COMPONENTS+=("$PLUGINS/$lib.wasm")
+    done
+fi
+
+# --- Python plugins -------------------------------------------------------------------------
+# Not built yet: folders with app.py (componentize-py) will be built here, into COMPONENTS.
+
+# --- JavaScript plugins ---------------------------------------------------------------------
+# Not built yet: folders with app.js (componentize-js) will be built here, into COMPONENTS.
 
 # --- C plugins ------------------------------------------------------------------------------
 CLANG=""
@@ -184,6 +288,7 @@ for dir in "$PLUGINS"/*/; do
     "$CLANG" --target=wasm32 -nostdlib -ffreestanding -O2 -Wall -Wextra -fuse-ld="$WASM_LD" \
         -Wl,--no-entry -Wl,--strip-all -o "$built" "${sources[@]}"
     publish_module "$built" "$out"
+    MODULES+=("$out")
 done
 
 # --- JavaScript plugins (folders with app.js and package.json) --------------------------------
@@ -202,6 +307,10 @@ if [[ ${#python_apps[@]} -gt 0 ]]; then
 fi
 
 [[ ${#BUILT[@]} -gt 0 ]] || die "no plugins found in $PLUGINS"
-check_abi "${BUILT[@]}"
+[[ ${#MODULES[@]} -eq 0 ]] || check_abi "${MODULES[@]}"
+if [[ ${#COMPONENTS[@]} -gt 0 ]]; then
+    componentize_tool
+    "$COMPONENTIZE" check "${COMPONENTS[@]}"
+fi
 END_NS=$(date +%s%N)
 printf 'built %d plugins in %s s\n' "${#BUILT[@]}" "$(awk "BEGIN{printf \"%.1f\", ($END_NS-$START_NS)/1e9}")"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Starts a new Rust plugin: plugins/NAME/ from scripts/plugin-template/, ready to test and build.
-# (`worker-host new-plugin NAME` writes the same files from the same templates.)
+# Starts a new Rust plugin (a component): plugins/NAME/ from scripts/plugin-template/rust/, ready
+# to test and build.
+# (`worker-host new-plugin NAME` writes the same files from the same templates; it also has
+# `--lang python|js`.)
 #
 #   scripts/new-plugin.sh NAME     # NAME: lowercase letters, digits and dashes, e.g. audit-log
 #   scripts/new-plugin.sh --check  # creates a throwaway plugin outside the tree, runs its tests
@@ -18,7 +20,7 @@ write_plugin() {
     mkdir -p "$dir/src"
     for file in Cargo.toml src/lib.rs; do
         sed -e "s|{{name}}|$name|g" -e "s|{{lib}}|$lib|g" -e "s|{{sdk}}|$sdk|g" \
-            "$TEMPLATE/$(basename "$file").tmpl" >"$dir/$file"
+            "$TEMPLATE/rust/$(basename "$file").tmpl" >"$dir/$file"
     done
 }
 

@@ -66,13 +66,16 @@ pub enum Command {
         #[arg(long)]
         max_memory: u64,
     },
-    /// Create a new Rust plugin crate in the plugins folder.
+    /// Create a new plugin project (a component) in the plugins folder.
     NewPlugin {
-        /// The plugin's name (letters, digits, '-' and '_').
+        /// The plugin's name (lowercase letters, digits and single dashes).
         name: String,
         /// Where to create it.
         #[arg(long, default_value = "plugins")]
         dir: PathBuf,
+        /// Its language.
+        #[arg(long, value_enum, default_value_t = crate::scaffold::Lang::Rust)]
+        lang: crate::scaffold::Lang,
     },
 }
 

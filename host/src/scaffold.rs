@@ -1,21 +1,62 @@
-//! `worker-host new-plugin NAME`: writes a new Rust plugin crate into the plugins workspace from
-//! the same templates as `scripts/new-plugin.sh`, ready for `cargo test` and
-//! `scripts/build-plugins.sh`.
+//! `worker-host new-plugin NAME [--lang rust|python|js]`: writes a new plugin project into the
+//! plugins folder from the templates in `scripts/plugin-template/<lang>/` (the Rust ones are also
+//! `scripts/new-plugin.sh`'s), ready for its own test and `scripts/build-plugins.sh`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-const CARGO_TOML: &str = include_str!("../../scripts/plugin-template/Cargo.toml.tmpl");
-const LIB_RS: &str = include_str!("../../scripts/plugin-template/lib.rs.tmpl");
+/// The language of a new plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Lang {
+    /// A Rust crate using the SDK (`plugin-sdk`), built as a component.
+    #[default]
+    Rust,
+    /// A Python component (componentize-py).
+    Python,
+    /// A JavaScript component (componentize-js).
+    Js,
+}
 
-/// Creates `plugins_dir/NAME/` (Cargo.toml and src/lib.rs) and returns that folder.
+/// The files of each language's project: path in the project, template text. Templates may use
+/// `{{name}}`, `{{lib}}` (the name with `_` for `-`, the built file's stem), `{{root}}` (the
+/// repository, as seen from the project folder) and `{{sdk}}` (the Rust SDK, likewise).
+fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
+    macro_rules! template {
+        ($path:literal) => {
+            include_str!(concat!("../../scripts/plugin-template/", $path))
+        };
+    }
+    match lang {
+        Lang::Rust => &[
+            ("Cargo.toml", template!("rust/Cargo.toml.tmpl")),
+            ("src/lib.rs", template!("rust/lib.rs.tmpl")),
+        ],
+        Lang::Python => &[
+            ("app.py", template!("python/app.py.tmpl")),
+            ("test_app.py", template!("python/test_app.py.tmpl")),
+            (
+                "requirements.txt",
+                template!("python/requirements.txt.tmpl"),
+            ),
+        ],
+        Lang::Js => &[
+            ("app.js", template!("js/app.js.tmpl")),
+            ("app.test.js", template!("js/app.test.js.tmpl")),
+            ("package.json", template!("js/package.json.tmpl")),
+        ],
+    }
+}
+
+/// Creates `plugins_dir/NAME/` with the project of `lang` and returns that folder.
 ///
 /// `plugins_dir` must be the plugins cargo workspace (its Cargo.toml has `[workspace]` with
-/// `members = ["*"]`), so the new crate joins it without editing anything. NAME is lowercase
-/// letters, digits and single dashes; the built module will be `NAME` with `_` for `-`, `.wasm`.
-pub fn new_plugin(plugins_dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+/// `members = ["*"]`), so a Rust crate joins it without editing anything; a Python or JavaScript
+/// folder has no Cargo.toml, so it is added to the workspace's `exclude` list instead. NAME is
+/// lowercase letters, digits and single dashes; the built file will be `NAME` with `_` for `-`,
+/// `.wasm`.
+pub fn new_plugin(plugins_dir: &Path, name: &str, lang: Lang) -> anyhow::Result<PathBuf> {
     if !valid_name(name) {
         bail!(
             "plugin name {name:?}: use lowercase letters, digits and single dashes, starting with a letter"
@@ -34,17 +75,66 @@ pub fn new_plugin(plugins_dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
             workspace.display()
         );
     }
-    let sdk = sdk_path(plugins_dir)?;
+    let root = root_path(plugins_dir)?;
     let dir = plugins_dir.join(name);
     fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    fs::create_dir(dir.join("src"))
-        .with_context(|| format!("cannot create {}/src", dir.display()))?;
-    for (file, template) in [("Cargo.toml", CARGO_TOML), ("src/lib.rs", LIB_RS)] {
+    for (file, template) in templates(lang) {
         let path = dir.join(file);
-        fs::write(&path, render(template, name, &sdk))
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        fs::write(&path, render(template, name, &root))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
+    if lang != Lang::Rust {
+        let manifest = excluding(&manifest, name).with_context(|| {
+            format!(
+                "add \"{name}\" to the exclude list of {} by hand",
+                workspace.display()
+            )
+        })?;
+        fs::write(&workspace, manifest).with_context(|| {
+            format!(
+                "cannot add {name} to the exclude list of {}",
+                workspace.display()
+            )
+        })?;
+    }
     Ok(dir)
+}
+
+/// The workspace manifest with `name` in its `exclude` list (cargo would take the folder, which
+/// matches `members = ["*"]`, for a crate and fail on its missing Cargo.toml).
+fn excluding(manifest: &str, name: &str) -> anyhow::Result<String> {
+    let entry = format!("\"{name}\"");
+    let mut out = String::with_capacity(manifest.len() + entry.len() + 16);
+    let mut done = false;
+    let mut in_workspace = false;
+    for line in manifest.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') {
+            in_workspace = trimmed == "[workspace]";
+        }
+        match trimmed.strip_prefix("exclude") {
+            Some(rest) if in_workspace && !done && rest.trim_start().starts_with('=') => {
+                let Some(close) = line.rfind(']') else {
+                    bail!("its exclude list spans several lines");
+                };
+                let inside = line[..close].trim_end();
+                let sep = if inside.ends_with('[') { "" } else { ", " };
+                out.push_str(&format!("{inside}{sep}{entry}{}", &line[close..]));
+                done = true;
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+        if trimmed == "[workspace]" && !manifest.contains("\nexclude") {
+            out.push_str(&format!("exclude = [{entry}]\n"));
+            done = true;
+        }
+    }
+    Ok(out)
 }
 
 fn valid_name(name: &str) -> bool {
@@ -57,28 +147,33 @@ fn valid_name(name: &str) -> bool {
         && !name.contains("--")
 }
 
-/// The SDK path as written in the new crate: relative for the repository layout
-/// (`plugins/` beside `plugin-sdk/`), else this build's own SDK folder.
-fn sdk_path(plugins_dir: &Path) -> anyhow::Result<String> {
+/// The repository root as written in the new project: relative for the repository layout
+/// (`plugins/` beside `plugin-sdk/`), else the root this build came from.
+fn root_path(plugins_dir: &Path) -> anyhow::Result<String> {
     if plugins_dir.join("../plugin-sdk/Cargo.toml").is_file() {
-        return Ok("../../plugin-sdk".to_owned());
+        return Ok("../..".to_owned());
     }
-    let built_with = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-sdk");
-    let sdk = built_with.canonicalize().with_context(|| {
-        format!(
-            "cannot find the plugin SDK beside {} or at {}",
-            plugins_dir.display(),
-            built_with.display()
-        )
-    })?;
-    Ok(sdk.to_string_lossy().into_owned())
+    let built_with = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = built_with
+        .join("plugin-sdk")
+        .canonicalize()
+        .map(|sdk| sdk.parent().map(Path::to_path_buf).unwrap_or(sdk))
+        .with_context(|| {
+            format!(
+                "cannot find the plugin SDK beside {} or at {}",
+                plugins_dir.display(),
+                built_with.join("plugin-sdk").display()
+            )
+        })?;
+    Ok(root.to_string_lossy().into_owned())
 }
 
-fn render(template: &str, name: &str, sdk: &str) -> String {
+fn render(template: &str, name: &str, root: &str) -> String {
     template
         .replace("{{name}}", name)
         .replace("{{lib}}", &name.replace('-', "_"))
-        .replace("{{sdk}}", sdk)
+        .replace("{{sdk}}", &format!("{root}/plugin-sdk"))
+        .replace("{{root}}", root)
 }
 
 #[cfg(test)]
@@ -101,13 +196,75 @@ mod tests {
     #[test]
     fn writes_a_crate_from_the_templates() {
         let root = workspace();
-        let dir = new_plugin(&root.path().join("plugins"), "audit-log").unwrap();
+        let plugins = root.path().join("plugins");
+        let dir = new_plugin(&plugins, "audit-log", Lang::Rust).unwrap();
         let cargo = fs::read_to_string(dir.join("Cargo.toml")).unwrap();
         let lib = fs::read_to_string(dir.join("src/lib.rs")).unwrap();
         assert!(cargo.contains("name = \"audit-log\""));
         assert!(cargo.contains("path = \"../../plugin-sdk\""));
+        // A component: scripts/build-plugins.sh reads this key.
+        assert!(cargo.contains("[package.metadata.worker]\nabi = 2"));
         assert!(lib.contains("audit_log.wasm") && lib.contains("handler!(handle)"));
         assert!(!cargo.contains("{{") && !lib.contains("{{"));
+        // The workspace is left alone: `members = ["*"]` takes the crate.
+        let workspace = fs::read_to_string(plugins.join("Cargo.toml")).unwrap();
+        assert_eq!(workspace, "[workspace]\nmembers = [\"*\"]\n");
+    }
+
+    #[test]
+    fn python_and_js_projects_get_their_files_and_leave_the_cargo_workspace() {
+        let root = workspace();
+        let plugins = root.path().join("plugins");
+        let cases = [
+            (
+                Lang::Python,
+                "py-demo",
+                ["app.py", "test_app.py", "requirements.txt"],
+            ),
+            (
+                Lang::Js,
+                "js-demo",
+                ["app.js", "app.test.js", "package.json"],
+            ),
+        ];
+        for (lang, name, files) in cases {
+            let dir = new_plugin(&plugins, name, lang).unwrap();
+            assert_eq!(dir, plugins.join(name));
+            for file in files {
+                let text = fs::read_to_string(dir.join(file)).unwrap();
+                assert!(!text.contains("{{"), "{file}: {text}");
+            }
+            assert!(!dir.join("Cargo.toml").exists());
+        }
+        let workspace = fs::read_to_string(plugins.join("Cargo.toml")).unwrap();
+        assert_eq!(
+            workspace,
+            "[workspace]\nexclude = [\"py-demo\", \"js-demo\"]\nmembers = [\"*\"]\n"
+        );
+    }
+
+    #[test]
+    fn exclude_lists_grow_in_place() {
+        let manifest = "[workspace]\nmembers = [\"*\"]\nexclude = [\"target\", \"c-echo\"]\n\n[profile.release]\nlto = true\n";
+        assert_eq!(
+            excluding(manifest, "demo-js").unwrap(),
+            "[workspace]\nmembers = [\"*\"]\nexclude = [\"target\", \"c-echo\", \"demo-js\"]\n\n[profile.release]\nlto = true\n"
+        );
+        assert_eq!(
+            excluding("[workspace]\nexclude = []\n", "x").unwrap(),
+            "[workspace]\nexclude = [\"x\"]\n"
+        );
+        assert!(excluding("[workspace]\nexclude = [\n  \"a\",\n]\n", "x").is_err());
+    }
+
+    #[test]
+    fn every_template_renders_every_placeholder() {
+        for lang in [Lang::Rust, Lang::Python, Lang::Js] {
+            for (file, template) in templates(lang) {
+                let text = render(template, "a-b", "../..");
+                assert!(!text.contains("{{"), "{lang:?} {file}");
+            }
+        }
     }
 
     #[test]
@@ -115,17 +272,17 @@ mod tests {
         let root = workspace();
         let plugins = root.path().join("plugins");
         for bad in ["", "Audit", "1x", "a_b", "a--b", "a-", "../x"] {
-            assert!(new_plugin(&plugins, bad).is_err(), "{bad:?}");
+            assert!(new_plugin(&plugins, bad, Lang::Rust).is_err(), "{bad:?}");
         }
-        new_plugin(&plugins, "x").unwrap();
-        let again = new_plugin(&plugins, "x").unwrap_err();
+        new_plugin(&plugins, "x", Lang::Rust).unwrap();
+        let again = new_plugin(&plugins, "x", Lang::Python).unwrap_err();
         assert!(format!("{again:#}").contains("cannot create"));
     }
 
     #[test]
     fn refuses_a_folder_that_is_not_the_plugins_workspace() {
         let root = tempfile::tempdir().unwrap();
-        let err = new_plugin(root.path(), "x").unwrap_err();
+        let err = new_plugin(root.path(), "x", Lang::Js).unwrap_err();
         assert!(err.to_string().contains("not a plugins workspace"));
     }
 }

@@ -12,7 +12,7 @@ pub use worker_abi::LogLevel as Level;
 /// log(Level::Info, "started");
 /// ```
 pub fn log(level: Level, message: &str) {
-    sys::log(level.code(), message);
+    sys::log(level, message);
 }
 
 /// Logs at [`Level::Trace`] with `format!` syntax.

@@ -3,12 +3,15 @@
 use serde::de::DeserializeOwned;
 use worker_abi::meta;
 
-use crate::{Error, sys};
+use crate::Error;
+#[cfg(not(worker_backend = "component"))]
+use crate::sys;
 
 /// One delivery, as the host hands it to a handler.
 ///
-/// The body and the common properties are read once when the call starts; AMQP headers are read
-/// on demand with [`Message::header`].
+/// A component gets the whole delivery at once (the world's `delivery` record); an ABI v1 module
+/// reads the body and the common properties when the call starts, and AMQP headers on demand with
+/// [`Message::header`].
 ///
 /// ```
 /// use worker_plugin_sdk::{Message, Outcome, testing::TestMessage};
@@ -43,10 +46,33 @@ pub struct Message {
     correlation_id: Option<String>,
     content_type: Option<String>,
     timestamp: Option<u64>,
+    /// Every header, as the component world hands them over; `None` under ABI v1, whose host is
+    /// asked for one header at a time.
+    headers: Option<Vec<(String, String)>>,
 }
 
 impl Message {
-    /// Reads the current call's message from the host.
+    /// The world's delivery record, as the component's `handle` receives it.
+    #[cfg(not(worker_backend = "v1"))]
+    pub(crate) fn from_delivery(d: crate::bindings::Delivery) -> Self {
+        Message {
+            body: d.body,
+            routing_key: d.routing_key,
+            original_routing_key: d.original_routing_key,
+            exchange: d.exchange,
+            queue: d.queue,
+            attempt: d.attempt,
+            redelivered: d.redelivered,
+            message_id: d.message_id,
+            correlation_id: d.correlation_id,
+            content_type: d.content_type,
+            timestamp: d.timestamp,
+            headers: Some(d.headers.into_iter().map(|h| (h.name, h.value)).collect()),
+        }
+    }
+
+    /// Reads the current call's message from an ABI v1 host.
+    #[cfg(not(worker_backend = "component"))]
     pub(crate) fn load() -> Self {
         let routing_key = sys::meta(meta::ROUTING_KEY).unwrap_or_default();
         Message {
@@ -64,6 +90,7 @@ impl Message {
             correlation_id: sys::meta(meta::CORRELATION_ID),
             content_type: sys::meta(meta::CONTENT_TYPE),
             timestamp: sys::meta(meta::TIMESTAMP).and_then(|t| t.trim().parse().ok()),
+            headers: None,
         }
     }
 
@@ -149,13 +176,69 @@ impl Message {
         self.timestamp
     }
 
-    /// An AMQP header as text (numbers and booleans are written out), or `None` if absent.
+    /// An AMQP header as text (numbers and booleans are written out; tables and arrays as JSON
+    /// text), or `None` if absent.
     pub fn header(&self, name: &str) -> Option<String> {
-        sys::meta(&format!("{}{name}", meta::HEADER_PREFIX))
+        match &self.headers {
+            Some(headers) => headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone()),
+            None => host_meta(&format!("{}{name}", meta::HEADER_PREFIX)),
+        }
     }
 
-    /// Any `meta_get` key of ABI v1, for keys this type has no method for.
+    /// Every AMQP header, in the delivery's order, as `(name, value)` text pairs: a component
+    /// gets them all. `None` under ABI v1, whose host only answers [`Message::header`] by name.
+    ///
+    /// ```
+    /// use worker_plugin_sdk::{Message, testing::TestMessage};
+    ///
+    /// TestMessage::new("").header("tenant", "acme").run(|msg: &Message| {
+    ///     assert_eq!(msg.headers(), Some(&[("tenant".to_owned(), "acme".to_owned())][..]));
+    /// });
+    /// ```
+    pub fn headers(&self) -> Option<&[(String, String)]> {
+        self.headers.as_deref()
+    }
+
+    /// Any `meta_get` key of ABI v1 (see docs/abi.md), for keys this type has no method for. A
+    /// component answers the keys the world's delivery has.
     pub fn meta(&self, key: &str) -> Option<String> {
-        sys::meta(key)
+        if self.headers.is_none() {
+            return host_meta(key);
+        }
+        if let Some(name) = key.strip_prefix(meta::HEADER_PREFIX) {
+            return self.header(name);
+        }
+        let some = |s: &str| Some(s.to_owned());
+        match key {
+            meta::ROUTING_KEY => some(&self.routing_key),
+            meta::ORIGINAL_ROUTING_KEY => some(&self.original_routing_key),
+            meta::EXCHANGE => some(&self.exchange),
+            meta::QUEUE => some(&self.queue),
+            meta::MESSAGE_ID => self.message_id.clone(),
+            meta::CORRELATION_ID => self.correlation_id.clone(),
+            meta::CONTENT_TYPE => self.content_type.clone(),
+            meta::TIMESTAMP => self.timestamp.map(|t| t.to_string()),
+            meta::ATTEMPT => Some(self.attempt.to_string()),
+            meta::REDELIVERED => some(if self.redelivered {
+                meta::TRUE
+            } else {
+                meta::FALSE
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Asks an ABI v1 host; a component's messages always carry their headers, so never get here.
+fn host_meta(key: &str) -> Option<String> {
+    #[cfg(not(worker_backend = "component"))]
+    return sys::meta(key);
+    #[cfg(worker_backend = "component")]
+    {
+        let _ = key;
+        None
     }
 }

@@ -1,29 +1,40 @@
 //! What a handler answers: [`Outcome`], and the [`Error`] that `?` turns into a retry or a fail.
 
 use std::fmt;
+use std::time::Duration;
 
 use worker_abi::Answer;
 
 /// A handler's answer for one message.
 ///
 /// The host acks on [`Outcome::Ok`] (after publishing what the handler asked to publish),
-/// redelivers later on [`Outcome::Retry`] and parks the message in `<queue>@failed` on
-/// [`Outcome::Fail`]. The reason is recorded in the `worker-error` header.
+/// redelivers later on [`Outcome::Retry`] (or [`Outcome::RetryAfter`]) and parks the message in
+/// `<queue>@failed` on [`Outcome::Fail`]. The reason is recorded in the `worker-error` header.
 ///
 /// ```
+/// use std::time::Duration;
 /// use worker_plugin_sdk::Outcome;
 ///
 /// let outcome = Outcome::retry("stock service busy");
 /// assert_eq!(outcome.reason(), Some("stock service busy"));
 /// assert_eq!(outcome.code(), 1);
+///
+/// let later = Outcome::retry_after("rate limited", Duration::from_secs(30));
+/// assert!(later.is_retry());
+/// assert_eq!(later.retry_delay(), Some(Duration::from_secs(30)));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub enum Outcome {
     /// Done: ack the message.
     Ok,
-    /// Try again later, with the cause (a transient problem).
+    /// Try again later, with the cause (a transient problem); the subscription's `retry_delays`
+    /// say when.
     Retry(String),
+    /// Try again no sooner than this, with the cause: the component world's `retry-request` with
+    /// `after-ms` (the host brings the message back through its delay levels). ABI v1 has no such
+    /// answer: there it is a plain [`Outcome::Retry`], with a warning logged.
+    RetryAfter(String, Duration),
     /// Give up and park the message for a person, with the cause (retrying cannot help).
     Fail(String),
 }
@@ -32,6 +43,11 @@ impl Outcome {
     /// A retry with this reason.
     pub fn retry(reason: impl Into<String>) -> Self {
         Outcome::Retry(reason.into())
+    }
+
+    /// A retry with this reason, no sooner than `after` (rounded up to whole milliseconds).
+    pub fn retry_after(reason: impl Into<String>, after: Duration) -> Self {
+        Outcome::RetryAfter(reason.into(), after)
     }
 
     /// A fail with this reason.
@@ -48,7 +64,7 @@ impl Outcome {
     pub fn answer(&self) -> Answer {
         match self {
             Outcome::Ok => Answer::Ok,
-            Outcome::Retry(_) => Answer::Retry,
+            Outcome::Retry(_) | Outcome::RetryAfter(..) => Answer::Retry,
             Outcome::Fail(_) => Answer::Fail,
         }
     }
@@ -57,7 +73,15 @@ impl Outcome {
     pub fn reason(&self) -> Option<&str> {
         match self {
             Outcome::Ok => None,
-            Outcome::Retry(r) | Outcome::Fail(r) => Some(r),
+            Outcome::Retry(r) | Outcome::RetryAfter(r, _) | Outcome::Fail(r) => Some(r),
+        }
+    }
+
+    /// The delay of an [`Outcome::RetryAfter`].
+    pub fn retry_delay(&self) -> Option<Duration> {
+        match self {
+            Outcome::RetryAfter(_, after) => Some(*after),
+            _ => None,
         }
     }
 
@@ -66,9 +90,9 @@ impl Outcome {
         matches!(self, Outcome::Ok)
     }
 
-    /// Whether this is [`Outcome::Retry`].
+    /// Whether this is [`Outcome::Retry`] or [`Outcome::RetryAfter`].
     pub fn is_retry(&self) -> bool {
-        matches!(self, Outcome::Retry(_))
+        matches!(self, Outcome::Retry(_) | Outcome::RetryAfter(..))
     }
 
     /// Whether this is [`Outcome::Fail`].
@@ -82,6 +106,7 @@ impl fmt::Display for Outcome {
         match self {
             Outcome::Ok => f.write_str("ok"),
             Outcome::Retry(r) => write!(f, "retry: {r}"),
+            Outcome::RetryAfter(r, after) => write!(f, "retry after {after:?}: {r}"),
             Outcome::Fail(r) => write!(f, "fail: {r}"),
         }
     }
@@ -103,6 +128,8 @@ impl fmt::Display for Outcome {
 pub struct Error {
     retry: bool,
     reason: String,
+    /// For a retry: no sooner than this.
+    after: Option<Duration>,
 }
 
 impl Error {
@@ -111,6 +138,16 @@ impl Error {
         Error {
             retry: true,
             reason: reason.to_string(),
+            after: None,
+        }
+    }
+
+    /// An error that retries the message no sooner than `after` ([`Outcome::RetryAfter`]).
+    pub fn retry_after(reason: impl fmt::Display, after: Duration) -> Self {
+        Error {
+            retry: true,
+            reason: reason.to_string(),
+            after: Some(after),
         }
     }
 
@@ -119,6 +156,7 @@ impl Error {
         Error {
             retry: false,
             reason: reason.to_string(),
+            after: None,
         }
     }
 
@@ -144,7 +182,10 @@ impl std::error::Error for Error {}
 impl From<Error> for Outcome {
     fn from(e: Error) -> Self {
         if e.retry {
-            Outcome::Retry(e.reason)
+            match e.after {
+                Some(after) => Outcome::RetryAfter(e.reason, after),
+                None => Outcome::Retry(e.reason),
+            }
         } else {
             Outcome::Fail(e.reason)
         }

@@ -82,6 +82,27 @@ impl PublishError {
         }
     }
 
+    /// The error's name in the component world's `publish-error` (`not-allowed`, `delay-refused`,
+    /// `too-many`, `too-large`, `invalid`); `other` and `serialize` for the two that are not the
+    /// host's.
+    ///
+    /// ```
+    /// use worker_plugin_sdk::PublishError;
+    ///
+    /// assert_eq!(PublishError::ExchangeNotAllowed("x".into()).name(), "not-allowed");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            PublishError::ExchangeNotAllowed(_) => "not-allowed",
+            PublishError::DelayRefused => "delay-refused",
+            PublishError::TooManyMessages => "too-many",
+            PublishError::TooManyBytes => "too-large",
+            PublishError::Invalid => "invalid",
+            PublishError::Other(_) => "other",
+            PublishError::Serialize(_) => "serialize",
+        }
+    }
+
     /// The code the host returned; `None` for [`PublishError::Serialize`].
     pub fn code(&self) -> Option<i32> {
         match self {
@@ -119,6 +140,107 @@ impl From<PublishError> for Error {
     }
 }
 
+/// One message to publish: the exchange, routing key and body, with the properties the component
+/// world also carries (content type, headers) and an optional delay.
+///
+/// [`publish`], [`publish_json`] and [`publish_delayed`] cover the common cases; this builder is
+/// for the rest. Under ABI v1 the host takes no content type or headers: there they are dropped.
+///
+/// ```
+/// use std::time::Duration;
+/// use worker_plugin_sdk::{Error, Message, Outgoing, testing::TestMessage};
+///
+/// fn handle(msg: &Message) -> Result<(), Error> {
+///     Outgoing::new("master", "audit.seen", msg.body())
+///         .content_type("text/plain")
+///         .header("tenant", "acme")
+///         .delay(Duration::from_secs(5))
+///         .publish()?;
+///     Ok(())
+/// }
+///
+/// let run = TestMessage::new("x").run(handle);
+/// let sent = &run.publishes[0];
+/// assert_eq!(sent.content_type.as_deref(), Some("text/plain"));
+/// assert_eq!(sent.headers, [("tenant".to_owned(), "acme".to_owned())]);
+/// assert_eq!(sent.delay, Some(Duration::from_secs(5)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct Outgoing {
+    pub(crate) exchange: String,
+    pub(crate) routing_key: String,
+    pub(crate) body: Vec<u8>,
+    pub(crate) content_type: Option<String>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) delay: Duration,
+}
+
+impl Outgoing {
+    /// A message with this body, no properties, published at once.
+    pub fn new(
+        exchange: impl Into<String>,
+        routing_key: impl Into<String>,
+        body: impl Into<Vec<u8>>,
+    ) -> Self {
+        Outgoing {
+            exchange: exchange.into(),
+            routing_key: routing_key.into(),
+            body: body.into(),
+            content_type: None,
+            headers: Vec::new(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// A message whose body is `value` as JSON, with content type `application/json`.
+    pub fn json<T: Serialize + ?Sized>(
+        exchange: impl Into<String>,
+        routing_key: impl Into<String>,
+        value: &T,
+    ) -> Result<Self, PublishError> {
+        let body = serde_json::to_vec(value).map_err(|e| PublishError::Serialize(e.to_string()))?;
+        Ok(Outgoing::new(exchange, routing_key, body).content_type(JSON))
+    }
+
+    /// Sets the `content_type` property.
+    pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Adds an AMQP header (a text value).
+    pub fn header(mut self, name: impl Into<String>, value: impl ToString) -> Self {
+        self.headers.push((name.into(), value.to_string()));
+        self
+    }
+
+    /// Delivers it after `delay` (needs `[delay]` in worker.toml). Below one millisecond rounds up
+    /// to one; [`Duration::ZERO`] (the default) publishes at once.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Asks the host to publish it once this call answers ok.
+    pub fn publish(self) -> Result<(), PublishError> {
+        sys::publish(&self)
+    }
+
+    /// The delay in whole milliseconds, rounded up from below one; 0 for none.
+    pub(crate) fn delay_ms(&self) -> u64 {
+        let ms = u64::try_from(self.delay.as_millis()).unwrap_or(u64::MAX);
+        if ms == 0 && !self.delay.is_zero() {
+            1
+        } else {
+            ms
+        }
+    }
+}
+
+/// The content type [`publish_json`] and [`Outgoing::json`] set.
+const JSON: &str = "application/json";
+
 /// Asks the host to publish `body` to `exchange` with `routing_key` once this call answers ok.
 ///
 /// ```
@@ -137,7 +259,7 @@ pub fn publish(
     routing_key: &str,
     body: impl AsRef<[u8]>,
 ) -> Result<(), PublishError> {
-    publish_raw(exchange, routing_key, body.as_ref(), 0)
+    Outgoing::new(exchange, routing_key, body.as_ref()).publish()
 }
 
 /// Like [`publish`], delivered after `delay` (needs `[delay]` in worker.toml). Below one
@@ -161,14 +283,13 @@ pub fn publish_delayed(
     body: impl AsRef<[u8]>,
     delay: Duration,
 ) -> Result<(), PublishError> {
-    let mut ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-    if ms == 0 && !delay.is_zero() {
-        ms = 1;
-    }
-    publish_raw(exchange, routing_key, body.as_ref(), ms)
+    Outgoing::new(exchange, routing_key, body.as_ref())
+        .delay(delay)
+        .publish()
 }
 
-/// Like [`publish`], with `value` serialized as the JSON body.
+/// Like [`publish`], with `value` serialized as the JSON body and content type
+/// `application/json`.
 ///
 /// ```
 /// use worker_plugin_sdk::{Error, Message, publish_json, testing::TestMessage};
@@ -181,24 +302,14 @@ pub fn publish_delayed(
 /// let run = TestMessage::new("").run(handle);
 /// let body: serde_json::Value = run.publishes[0].json().unwrap();
 /// assert_eq!(body["id"], 1);
+/// assert_eq!(run.publishes[0].content_type.as_deref(), Some("application/json"));
 /// ```
 pub fn publish_json<T: Serialize + ?Sized>(
     exchange: &str,
     routing_key: &str,
     value: &T,
 ) -> Result<(), PublishError> {
-    let body = serde_json::to_vec(value).map_err(|e| PublishError::Serialize(e.to_string()))?;
-    publish_raw(exchange, routing_key, &body, 0)
-}
-
-fn publish_raw(
-    exchange: &str,
-    routing_key: &str,
-    body: &[u8],
-    delay_ms: i64,
-) -> Result<(), PublishError> {
-    let code = sys::publish(exchange, routing_key, body, delay_ms);
-    PublishError::from_code(code, exchange).map_or(Ok(()), Err)
+    Outgoing::json(exchange, routing_key, value)?.publish()
 }
 
 #[cfg(test)]

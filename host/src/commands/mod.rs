@@ -41,8 +41,8 @@ pub async fn dispatch(command: Command) -> anyhow::Result<()> {
             max_instances,
             max_memory,
         } => compile_plugin(max_instances, max_memory),
-        Command::NewPlugin { name, dir } => {
-            let path = crate::scaffold::new_plugin(&dir, &name)?;
+        Command::NewPlugin { name, dir, lang } => {
+            let path = crate::scaffold::new_plugin(&dir, &name, lang)?;
             say!("created {}", path.display());
             Ok(())
         }

@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 
 use worker_abi::{ABI_MODULE, ValType, export, import};
 
-const WASM_RS: &str = include_str!("wasm.rs");
-const LIB_RS: &str = include_str!("../lib.rs");
+const WASM_RS: &str = include_str!("v1.rs");
+const EXPORT_RS: &str = include_str!("../export.rs");
 
 /// The wasm32 ABI type of a Rust parameter or result type in the extern block.
 fn wasm_type(rust: &str) -> ValType {
     match rust.trim() {
         "i32" | "usize" | "*const u8" | "*mut u8" => ValType::I32,
         "i64" => ValType::I64,
-        other => panic!("wasm.rs: no ABI type for `{other}`"),
+        other => panic!("v1.rs: no ABI type for `{other}`"),
     }
 }
 
@@ -58,7 +58,7 @@ fn declared_imports() -> BTreeMap<String, (Vec<ValType>, Vec<ValType>)> {
 #[test]
 fn imports_come_from_the_abi_module() {
     let attribute = format!("#[link(wasm_import_module = \"{ABI_MODULE}\")]");
-    assert!(WASM_RS.contains(&attribute), "wasm.rs lacks {attribute}");
+    assert!(WASM_RS.contains(&attribute), "v1.rs lacks {attribute}");
     assert_eq!(WASM_RS.matches("wasm_import_module").count(), 1);
 }
 
@@ -68,7 +68,7 @@ fn imports_are_declared_as_the_abi_defines_them() {
     for import in import::ALL {
         let (params, results) = declared
             .get(import.name)
-            .unwrap_or_else(|| panic!("wasm.rs does not declare `{}`", import.name));
+            .unwrap_or_else(|| panic!("v1.rs does not declare `{}`", import.name));
         assert_eq!(
             (params.as_slice(), results.as_slice()),
             (import.signature.params, import.signature.results),
@@ -84,6 +84,6 @@ fn imports_are_declared_as_the_abi_defines_them() {
 fn handler_exports_the_abi_names() {
     let marker = format!("pub extern \"C\" fn {}() {{}}", export::MARKER);
     let handle = format!("pub extern \"C\" fn {}() -> i32 {{", export::HANDLE);
-    assert!(LIB_RS.contains(&marker), "handler! lacks {marker}");
-    assert!(LIB_RS.contains(&handle), "handler! lacks {handle}");
+    assert!(EXPORT_RS.contains(&marker), "export.rs lacks {marker}");
+    assert!(EXPORT_RS.contains(&handle), "export.rs lacks {handle}");
 }

@@ -1,5 +1,8 @@
-//! The `worker_v1` imports. The only `unsafe` in the SDK lives here; each call hands the host a
-//! pointer and length into a live Rust buffer, which is all the ABI asks of the guest.
+//! The ABI v1 backend: the `worker_v1` imports. The SDK's only hand-written `unsafe` lives here;
+//! each call hands the host a pointer and length into a live Rust buffer, which is all the ABI asks
+//! of the guest.
+
+use crate::{Level, Outgoing, PublishError};
 
 #[link(wasm_import_module = "worker_v1")]
 unsafe extern "C" {
@@ -67,9 +70,9 @@ pub(crate) fn config() -> Option<Vec<u8>> {
     read_sized(|ptr, cap| unsafe { config_get(ptr, cap) })
 }
 
-pub(crate) fn log(level: i32, message: &str) {
+pub(crate) fn log(level: Level, message: &str) {
     // SAFETY: `message` is live for the call.
-    unsafe { log_raw(level, message.as_ptr(), message.len()) }
+    unsafe { log_raw(level.code(), message.as_ptr(), message.len()) }
 }
 
 pub(crate) fn set_reason(reason: &str) {
@@ -77,9 +80,12 @@ pub(crate) fn set_reason(reason: &str) {
     unsafe { set_reason_raw(reason.as_ptr(), reason.len()) }
 }
 
-pub(crate) fn publish(exchange: &str, routing_key: &str, body: &[u8], delay_ms: i64) -> i32 {
+/// ABI v1 carries no content type or headers: only exchange, key, body and delay reach the host.
+pub(crate) fn publish(out: &Outgoing) -> Result<(), PublishError> {
+    let delay_ms = i64::try_from(out.delay_ms()).unwrap_or(i64::MAX);
+    let (exchange, routing_key, body) = (&out.exchange, &out.routing_key, &out.body);
     // SAFETY: all three slices are live for the call.
-    unsafe {
+    let code = unsafe {
         publish_raw(
             exchange.as_ptr(),
             exchange.len(),
@@ -89,5 +95,6 @@ pub(crate) fn publish(exchange: &str, routing_key: &str, body: &[u8], delay_ms: 
             body.len(),
             delay_ms,
         )
-    }
+    };
+    PublishError::from_code(code, exchange).map_or(Ok(()), Err)
 }
