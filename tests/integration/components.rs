@@ -148,49 +148,28 @@ async fn outcomes_limits_and_instances(lang: &str) {
         let (_conn, ch) = common::channel().await;
         parked(&ch, &q_failed, 4).await
     });
-    let sent = Instant::now();
     let later = body(json!({"outcome": "retry", "reason": "later", "after_ms": 1500}));
-    send(
-        &ch,
-        &n,
-        &fresh_key("later"),
-        &later,
-        BasicProperties::default(),
-    )
-    .await;
     let busy = body(json!({"outcome": "retry", "reason": "busy"}));
-    send(
-        &ch,
-        &n,
-        &fresh_key("busy"),
-        &busy,
-        BasicProperties::default(),
-    )
-    .await;
     let fail = body(json!({"outcome": "fail", "reason": "bad order",
         "echo": {"exchange": n.out(), "routing_key": "never"}}));
-    send(
-        &ch,
-        &n,
-        &fresh_key("fail"),
-        &fail,
-        BasicProperties::default(),
-    )
-    .await;
-    send(
-        &ch,
-        &n,
-        &fresh_key("array"),
-        b"[1, 2]",
-        BasicProperties::default(),
-    )
-    .await;
+    let array = b"[1, 2]".to_vec();
+    let sent = Instant::now();
+    for (key, b) in [
+        ("later", &later),
+        ("busy", &busy),
+        ("fail", &fail),
+        ("array", &array),
+    ] {
+        send(&ch, &n, &fresh_key(key), b, BasicProperties::default()).await;
+    }
 
     // ok with a publish: the echo shows the delivery, the config and a fresh instance.
     let mut headers = FieldTable::default();
     headers.insert("x-tenant".into(), worker_host::outcome::text("acme"));
-    let request = body(json!({"log": format!("hello from {lang}"),
-        "echo": {"exchange": n.out(), "routing_key": "echoed"}}));
+    let request = body(
+        json!({"log": format!("hello from {lang}"), "print": "to stdout",
+        "echo": {"exchange": n.out(), "routing_key": "echoed"}}),
+    );
     let props = BasicProperties::default()
         .with_message_id("m-1".into())
         .with_headers(headers);
@@ -343,7 +322,7 @@ async fn outcomes_limits_and_instances(lang: &str) {
         "{:?}",
         fail_p.headers
     );
-    assert_eq!(of(b"[1, 2]").headers["worker-error"], "not a JSON object");
+    assert_eq!(of(&array).headers["worker-error"], "not a JSON object");
 
     svc.stop().await;
     assert!(
