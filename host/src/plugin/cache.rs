@@ -167,16 +167,29 @@ fn store(entry: &Path, artifact: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Removes the oldest artifacts beyond `MAX_ENTRIES`; errors only cost disk space.
+/// Temp files older than this were left by a process that died mid-write.
+const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes the oldest artifacts beyond `MAX_ENTRIES` and stale temp files; errors only cost
+/// disk space.
 fn prune(dir: &Path) {
     let Ok(read) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut entries: Vec<_> = read
-        .filter_map(Result::ok)
-        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
+    let mut entries = Vec::new();
+    for entry in read.filter_map(Result::ok) {
+        let path = entry.path();
+        let Some(modified) = entry.metadata().ok().and_then(|m| m.modified().ok()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|x| x == "cwasm") {
+            entries.push((modified, path));
+        } else if path.to_string_lossy().contains(".tmp.")
+            && modified.elapsed().is_ok_and(|age| age > STALE_TEMP)
+        {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
     if entries.len() <= MAX_ENTRIES {
         return;
     }
