@@ -2,7 +2,7 @@
 //!
 //! A plugin is a function from a [`Message`] to an [`Outcome`] (or to `Result<(), Error>`, so
 //! `?` works). [`handler!`] exports it, as a WebAssembly component of the world
-//! `worker:plugin/handler@2.0.0` (`wit/worker-plugin.wit`, SPEC section 8) or as an ABI v1 core
+//! `worker:plugin/handler@2.0.0` (`wit/worker-plugin.wit`, see `docs/plugins.md`) or as an ABI v1 core
 //! module; the SDK does the binding work, so a plugin needs no `unsafe`. The same code builds
 //! natively, where [`testing`] calls the handler with a made-up message and returns its answer,
 //! publishes, log lines, key-value state and SQL statements for plain `cargo test`.

@@ -3,6 +3,7 @@
 
 mod cli;
 mod common;
+mod components;
 mod consumer;
 mod delay;
 mod descriptors;

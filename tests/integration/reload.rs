@@ -4,7 +4,7 @@
 
 mod folders;
 mod limits;
-mod support;
+pub(crate) mod support;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

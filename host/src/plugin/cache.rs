@@ -7,6 +7,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -154,23 +155,41 @@ fn store(entry: &Path, artifact: &[u8]) -> std::io::Result<()> {
         .parent()
         .ok_or_else(|| std::io::Error::other("cache entry without a directory"))?;
     std::fs::create_dir_all(dir)?;
-    let tmp = entry.with_extension(format!("tmp.{}", std::process::id()));
+    // Unique per write, not only per process: two loads of the same file in one process (two
+    // services in a test binary, a reload racing a config change) would otherwise write one temp
+    // file at once, and one of them rename the other's half-written artifact into place.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, Ordering::Relaxed);
+    let tmp = entry.with_extension(format!("tmp.{}.{n}", std::process::id()));
     std::fs::write(&tmp, artifact)?;
     std::fs::rename(&tmp, entry)?;
     prune(dir);
     Ok(())
 }
 
-/// Removes the oldest artifacts beyond `MAX_ENTRIES`; errors only cost disk space.
+/// Temp files older than this were left by a process that died mid-write.
+const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes the oldest artifacts beyond `MAX_ENTRIES` and stale temp files; errors only cost
+/// disk space.
 fn prune(dir: &Path) {
     let Ok(read) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut entries: Vec<_> = read
-        .filter_map(Result::ok)
-        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
+    let mut entries = Vec::new();
+    for entry in read.filter_map(Result::ok) {
+        let path = entry.path();
+        let Some(modified) = entry.metadata().ok().and_then(|m| m.modified().ok()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|x| x == "cwasm") {
+            entries.push((modified, path));
+        } else if path.to_string_lossy().contains(".tmp.")
+            && modified.elapsed().is_ok_and(|age| age > STALE_TEMP)
+        {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
     if entries.len() <= MAX_ENTRIES {
         return;
     }

@@ -16,33 +16,33 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::common;
 
 /// One test's private topology, named from a unique prefix.
-pub(super) struct Names {
-    pub(super) p: String,
+pub(crate) struct Names {
+    pub(crate) p: String,
 }
 
 impl Names {
-    pub(super) fn new(test: &str) -> Names {
+    pub(crate) fn new(test: &str) -> Names {
         Names {
             p: common::unique(test),
         }
     }
-    pub(super) fn q(&self) -> String {
+    pub(crate) fn q(&self) -> String {
         format!("{}.q", self.p)
     }
-    pub(super) fn master(&self) -> String {
+    pub(crate) fn master(&self) -> String {
         format!("{}.master", self.p)
     }
-    pub(super) fn out(&self) -> String {
+    pub(crate) fn out(&self) -> String {
         format!("{}.out", self.p)
     }
-    pub(super) fn seen(&self) -> String {
+    pub(crate) fn seen(&self) -> String {
         format!("{}.seen", self.p)
     }
-    pub(super) fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         format!("{}.key.x", self.p)
     }
     /// Exchanges, the out exchange (topic) and the `seen` queue collecting every result.
-    pub(super) fn topology_toml(&self) -> String {
+    pub(crate) fn topology_toml(&self) -> String {
         format!(
             "[broker]\nurl = \"{url}\"\n\n\
              [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
@@ -54,19 +54,29 @@ impl Names {
     }
     /// A subscription on `queue` running `hot.wasm`, bound to `<p>.<binding>.*`; retries wait
     /// 200ms unless `extra` says otherwise.
-    pub(super) fn sub_toml(&self, queue: &str, binding: &str, extra: &str) -> String {
+    pub(crate) fn sub_toml(&self, queue: &str, binding: &str, extra: &str) -> String {
+        self.sub_toml_with("hot.wasm", queue, binding, extra)
+    }
+    /// [`Names::sub_toml`] running `plugin`.
+    pub(crate) fn sub_toml_with(
+        &self,
+        plugin: &str,
+        queue: &str,
+        binding: &str,
+        extra: &str,
+    ) -> String {
         let delays = if extra.contains("retry_delays") {
             ""
         } else {
             "retry_delays = [\"200ms\"]\n"
         };
         format!(
-            "[[subscription]]\nqueue = \"{queue}\"\nplugin = \"hot.wasm\"\nbindings = [\"{p}.{binding}.*\"]\n\
+            "[[subscription]]\nqueue = \"{queue}\"\nplugin = \"{plugin}\"\nbindings = [\"{p}.{binding}.*\"]\n\
              publish = [\"{p}.out\"]\n{delays}{extra}\n\n",
             p = self.p
         )
     }
-    pub(super) fn queues_of(&self, queue: &str) -> Vec<String> {
+    pub(crate) fn queues_of(&self, queue: &str) -> Vec<String> {
         vec![
             queue.to_string(),
             format!("{queue}@failed"),
@@ -74,7 +84,7 @@ impl Names {
             format!("{queue}@retry.300ms"),
         ]
     }
-    pub(super) async fn cleanup(&self, queues: &[String]) {
+    pub(crate) async fn cleanup(&self, queues: &[String]) {
         let mut all = vec![self.seen()];
         for q in queues {
             all.extend(self.queues_of(q));
@@ -90,7 +100,7 @@ impl Names {
 /// Version `v` of the test plugin: publishes the body to `out` with routing key `v<v>` and
 /// answers ok; a body starting with `f` answers fail instead (to see the version stamped on
 /// parked messages). Versions differ only in a data segment, like real rebuilds do.
-pub(super) fn versioned(out: &str, v: usize) -> Vec<u8> {
+pub(crate) fn versioned(out: &str, v: usize) -> Vec<u8> {
     let key = format!("v{v}");
     let wat = format!(
         r#"(module
@@ -120,18 +130,18 @@ pub(super) fn versioned(out: &str, v: usize) -> Vec<u8> {
 }
 
 /// A valid module that lacks `worker_handle`.
-pub(super) fn missing_export() -> Vec<u8> {
+pub(crate) fn missing_export() -> Vec<u8> {
     wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "worker_abi_v1")))"#)
         .expect("parses")
 }
 
-pub(super) fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
 /// Replaces the file's contents in place (truncate + write, same inode), like `cp` or an editor
 /// with `backupcopy=yes`.
-pub(super) fn write_in_place(path: &Path, bytes: &[u8]) {
+pub(crate) fn write_in_place(path: &Path, bytes: &[u8]) {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .truncate(true)
@@ -144,7 +154,7 @@ pub(super) fn write_in_place(path: &Path, bytes: &[u8]) {
 
 /// Writes a temp file next to `path` and renames it over `path`, like most editors and
 /// deploy tools.
-pub(super) fn write_via_rename(path: &Path, bytes: &[u8]) {
+pub(crate) fn write_via_rename(path: &Path, bytes: &[u8]) {
     let tmp = path.with_extension("wasm.tmp");
     std::fs::write(&tmp, bytes).expect("write temp");
     std::fs::rename(&tmp, path).expect("rename over");
@@ -152,22 +162,22 @@ pub(super) fn write_via_rename(path: &Path, bytes: &[u8]) {
 
 /// One result the plugin published: its version key, its body, when it arrived.
 #[derive(Debug, Clone)]
-pub(super) struct Seen {
-    pub(super) version: usize,
-    pub(super) body: String,
-    pub(super) at: Instant,
+pub(crate) struct Seen {
+    pub(crate) version: usize,
+    pub(crate) body: String,
+    pub(crate) at: Instant,
 }
 
 /// Consumes the `seen` queue as results arrive, recording each after its ack went out (so a
 /// message requeued by closing the channel is recorded once, by `finish`).
-pub(super) struct Collector {
+pub(crate) struct Collector {
     ch: lapin::Channel,
     records: Arc<Mutex<Vec<Seen>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Collector {
-    pub(super) async fn start(conn: &lapin::Connection, queue: &str) -> Collector {
+    pub(crate) async fn start(conn: &lapin::Connection, queue: &str) -> Collector {
         let ch = conn.create_channel().await.expect("collector channel");
         let mut deliveries = ch
             .basic_consume(
@@ -196,12 +206,12 @@ impl Collector {
         Collector { ch, records, task }
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.records.lock().unwrap().len()
     }
 
     /// When the first result of `version` arrived.
-    pub(super) fn first_of(&self, version: usize) -> Option<Instant> {
+    pub(crate) fn first_of(&self, version: usize) -> Option<Instant> {
         self.records
             .lock()
             .unwrap()
@@ -212,7 +222,7 @@ impl Collector {
     }
 
     /// Stops consuming and returns every result, including what is left in the queue.
-    pub(super) async fn finish(self, ch: &lapin::Channel, queue: &str) -> Vec<Seen> {
+    pub(crate) async fn finish(self, ch: &lapin::Channel, queue: &str) -> Vec<Seen> {
         let _ = self.ch.close(200, "done".into()).await;
         let _ = self.task.await;
         let mut all = self.records.lock().unwrap().clone();
@@ -227,14 +237,22 @@ impl Collector {
     }
 }
 
-pub(super) fn parse_version(key: &str) -> usize {
+pub(crate) fn parse_version(key: &str) -> usize {
     key.strip_prefix('v')
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("unexpected result key {key:?}"))
 }
 
 /// Publishes `body` and waits for its result in `seen`; returns the version that handled it.
-pub(super) async fn probe(ch: &lapin::Channel, n: &Names, body: &str) -> usize {
+pub(crate) async fn probe(ch: &lapin::Channel, n: &Names, body: &str) -> usize {
+    let (version, result) = result_of(ch, n, body).await;
+    assert_eq!(result, body, "results come back in order");
+    version
+}
+
+/// Publishes `body` and waits for its result in `seen`: the version that handled it (from the
+/// result's routing key) and the result's body.
+pub(crate) async fn result_of(ch: &lapin::Channel, n: &Names, body: &str) -> (usize, String) {
     common::publish(
         ch,
         &n.master(),
@@ -249,16 +267,14 @@ pub(super) async fn probe(ch: &lapin::Channel, n: &Names, body: &str) -> usize {
         || async { common::get(ch, &n.seen()).await },
     )
     .await;
-    assert_eq!(
-        String::from_utf8_lossy(&msg.delivery.data),
-        body,
-        "results come back in order"
-    );
-    parse_version(msg.delivery.routing_key.as_str())
+    (
+        parse_version(msg.delivery.routing_key.as_str()),
+        String::from_utf8_lossy(&msg.delivery.data).into_owned(),
+    )
 }
 
 /// Probes until `version` answers; the last probes may still meet the old version.
-pub(super) async fn probe_until(ch: &lapin::Channel, n: &Names, version: usize, what: &str) {
+pub(crate) async fn probe_until(ch: &lapin::Channel, n: &Names, version: usize, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut i = 0;
     loop {
@@ -274,7 +290,7 @@ pub(super) async fn probe_until(ch: &lapin::Channel, n: &Names, version: usize, 
 }
 
 /// A free TCP port for the admin endpoint.
-pub(super) fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
@@ -282,7 +298,7 @@ pub(super) fn free_port() -> u16 {
 }
 
 /// `worker_plugin_reloads{result=...}` from the admin endpoint.
-pub(super) async fn reloads(port: u16, result: &str) -> u64 {
+pub(crate) async fn reloads(port: u16, result: &str) -> u64 {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("admin endpoint");
@@ -302,7 +318,7 @@ pub(super) async fn reloads(port: u16, result: &str) -> u64 {
 }
 
 /// Waits until the service has refused one more reload than `before`.
-pub(super) async fn wait_refused(port: u16, before: u64, what: &str) -> u64 {
+pub(crate) async fn wait_refused(port: u16, before: u64, what: &str) -> u64 {
     common::eventually(
         Duration::from_secs(10),
         &format!("{what} refused"),
@@ -314,25 +330,25 @@ pub(super) async fn wait_refused(port: u16, before: u64, what: &str) -> u64 {
     .await
 }
 
-pub(super) fn stats(mut xs: Vec<Duration>) -> (Duration, Duration, Duration) {
+pub(crate) fn stats(mut xs: Vec<Duration>) -> (Duration, Duration, Duration) {
     xs.sort();
     (xs[0], xs[xs.len() / 2], xs[xs.len() - 1])
 }
 
 /// Consumers on `queue` now.
-pub(super) async fn consumers(conn: &lapin::Connection, queue: &str) -> u32 {
+pub(crate) async fn consumers(conn: &lapin::Connection, queue: &str) -> u32 {
     common::probe(conn, queue)
         .await
         .unwrap_or_else(|| panic!("queue {queue} missing"))
         .consumer_count()
 }
 
-pub(super) async fn queue_exists(conn: &lapin::Connection, queue: &str) -> bool {
+pub(crate) async fn queue_exists(conn: &lapin::Connection, queue: &str) -> bool {
     common::probe(conn, queue).await.is_some()
 }
 
 /// Saves worker.toml the way editors do: a temp file renamed over it.
-pub(super) fn save_config(dir: &Path, text: &str) -> PathBuf {
+pub(crate) fn save_config(dir: &Path, text: &str) -> PathBuf {
     let path = dir.join("worker.toml");
     let tmp = dir.join(".worker.toml.swp");
     std::fs::write(&tmp, text).expect("write temp config");
@@ -354,10 +370,15 @@ pub type Hot = (
 /// A service whose one subscription runs `hot.wasm` (version 0), with the admin endpoint on a
 /// free port, consuming and answering: the start of the hot-reload tests.
 pub async fn start_hot(test: &str) -> Hot {
+    start_hot_with(test, "").await
+}
+
+/// [`start_hot`] with `tables` (say `[state]`) appended to worker.toml.
+pub async fn start_hot_with(test: &str, tables: &str) -> Hot {
     let n = Names::new(test);
     let port = free_port();
     let toml = format!(
-        "{}[admin]\nlisten = \"127.0.0.1:{port}\"\n\n{}",
+        "{}[admin]\nlisten = \"127.0.0.1:{port}\"\n\n{}{tables}",
         n.topology_toml(),
         n.sub_toml(&n.q(), "key", "max_retries = 0")
     );

@@ -116,7 +116,14 @@ impl ComponentPlugin {
             Instances::Fresh => None,
             Instances::Reuse { max_messages } => Some(max_messages),
         };
-        let warm = reuse.and_then(|_| self.take_warm(&queue));
+        let warm = match reuse {
+            Some(_) => self.take_warm(&queue),
+            None => {
+                // The subscription went back to fresh instances: release the warm ones' slots.
+                self.drop_warm(&queue);
+                None
+            }
+        };
         let (mut store, handler, served, slot) = match warm {
             Some(w) => (w.store, Some(w.handler), w.served, w._slot),
             None => {
@@ -216,6 +223,13 @@ impl ComponentPlugin {
         // A poisoned lock only means a panic elsewhere while it was held; the list is intact.
         let mut warm = self.warm.lock().unwrap_or_else(|e| e.into_inner());
         warm.get_mut(queue).and_then(Vec::pop)
+    }
+
+    fn drop_warm(&self, queue: &str) {
+        let mut warm = self.warm.lock().unwrap_or_else(|e| e.into_inner());
+        if warm.get(queue).is_some_and(|list| !list.is_empty()) {
+            warm.remove(queue);
+        }
     }
 
     fn put_warm(&self, queue: String, w: Warm) {
