@@ -144,6 +144,21 @@ impl fmt::Display for TrapKind {
 #[error("deadline passed")]
 pub(crate) struct DeadlineHit;
 
+/// On every epoch tick: trap with [`DeadlineHit`] once `deadline(data)` has passed, else let
+/// other tasks run on this worker and carry on.
+pub(crate) fn stop_at_deadline<T: 'static>(
+    store: &mut wasmtime::Store<T>,
+    deadline: fn(&T) -> std::time::Instant,
+) {
+    store.epoch_deadline_callback(move |ctx| {
+        if std::time::Instant::now() >= deadline(ctx.data()) {
+            Err(wasmtime::Error::new(DeadlineHit))
+        } else {
+            Ok(wasmtime::UpdateDeadline::Yield(1))
+        }
+    });
+}
+
 /// Raised by the resource limiter when a memory would grow past the limit.
 #[derive(Debug, thiserror::Error)]
 #[error("memory limit of {0} bytes reached")]

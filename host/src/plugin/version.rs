@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use wasmtime::{Store, UpdateDeadline};
+use wasmtime::Store;
 
 use super::component::ComponentPlugin;
-use super::error::{DeadlineHit, HandlerError};
+use super::error::{HandlerError, stop_at_deadline};
 use super::module::ModulePlugin;
 use super::state::State;
 use super::{Answer, Input, Invocation, Limits};
@@ -134,14 +134,7 @@ impl Plugin {
             State::new(input, limits.memory_limit, deadline),
         );
         store.limiter(|s| &mut s.limiter);
-        store.epoch_deadline_callback(|ctx| {
-            if Instant::now() >= ctx.data().deadline {
-                Err(wasmtime::Error::new(DeadlineHit))
-            } else {
-                // Let other tasks run on this worker, then carry on.
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
+        stop_at_deadline(&mut store, |s| s.deadline);
         store.set_epoch_deadline(1);
 
         let run = module.run(&mut store, limits);

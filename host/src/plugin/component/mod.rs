@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Engine, Store, UpdateDeadline};
+use wasmtime::{Engine, Store};
 
-use super::error::{DeadlineHit, HandlerError, LoadError, chain_text, classify};
+use super::error::{HandlerError, LoadError, chain_text, classify, stop_at_deadline};
 use super::pending::Pending;
 use super::state::{LogBuffer, bounded_text};
 use super::{Answer, Input, Instances, Limits};
@@ -187,13 +187,7 @@ impl ComponentPlugin {
             CState::new(input, limits.memory_limit, deadline),
         );
         store.limiter(|s| &mut s.limiter);
-        store.epoch_deadline_callback(|ctx| {
-            if Instant::now() >= ctx.data().deadline {
-                Err(wasmtime::Error::new(DeadlineHit))
-            } else {
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
+        stop_at_deadline(&mut store, |s| s.deadline);
         store
     }
 
