@@ -72,9 +72,14 @@ impl Compiler {
             bytes = artifact.len(),
             "compiled component"
         );
-        let load_err = |e: wasmtime::Error| LoadError::Compile {
-            file: file.to_string(),
-            reason: chain_text(&e),
+        let load_err = |e: wasmtime::Error| {
+            let (file, reason) = (file.to_string(), chain_text(&e));
+            // wasmtime checks the component against the pool's limits when it is loaded.
+            if reason.contains("pooling allocator") {
+                LoadError::TooBigForPool { file, reason }
+            } else {
+                LoadError::Compile { file, reason }
+            }
         };
         if let Some(entry) = entry.as_deref()
             && let Err(e) = store(entry, &artifact)

@@ -24,6 +24,8 @@ pub enum LoadError {
     },
     #[error("{file}: not a component of the world worker:plugin/handler@2.0.0: {reason}")]
     WrongWorld { file: String, reason: String },
+    #[error("{file}: needs more than the instance pool gives one plugin instance: {reason}")]
+    TooBigForPool { file: String, reason: String },
     #[error("{file}: does not compile: {reason}")]
     Compile { file: String, reason: String },
     #[error("{file}: missing export `{export}` ({expected}); is it built for worker ABI v1?")]

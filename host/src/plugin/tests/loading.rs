@@ -206,3 +206,19 @@ fn load_file_reads_hashes_and_names_the_file() {
         "{err}"
     );
 }
+
+#[test]
+fn component_larger_than_the_pool_is_refused_at_load() {
+    let instances = "(core instance (instantiate $m))\n".repeat(40);
+    let wat = format!("(component (core module $m) {instances})");
+    let err = runtime()
+        .load_bytes("big.wasm", &wat::parse_str(&wat).expect("wat"))
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, LoadError::TooBigForPool { .. }), "{text}");
+    assert!(
+        text.starts_with("big.wasm: needs more than the instance pool gives one plugin instance: "),
+        "{text}"
+    );
+    assert!(text.contains("40") && text.contains("32"), "{text}");
+}
