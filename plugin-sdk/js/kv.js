@@ -1,5 +1,6 @@
 // Key-value state in the store the subscription is granted (`kv = "NAME"`); writes apply at once.
 import { bound } from "./bindings.js";
+import { ownBytes } from "./bytes.js";
 import { hostError } from "./errors.js";
 import { number } from "./numbers.js";
 
@@ -19,7 +20,8 @@ export class KvError extends Error {
 
 /** The value of `key` as bytes, or null when absent. */
 export function get(key) {
-  return call((kv) => kv.get(key)) ?? null;
+  const value = call((kv) => kv.get(key));
+  return value === undefined || value === null ? null : ownBytes(value);
 }
 
 /** The value of `key` as UTF-8 text, or null when absent. */

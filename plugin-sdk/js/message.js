@@ -1,4 +1,5 @@
 // Message: the delivery a handler gets, with JS types (numbers, null, a headers object).
+import { ownBytes } from "./bytes.js";
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
@@ -7,7 +8,7 @@ export class Message {
   constructor(delivery) {
     const d = delivery;
     /** The body bytes. */
-    this.body = d.body instanceof Uint8Array ? d.body : Uint8Array.from(d.body ?? []);
+    this.body = ownBytes(d.body);
     /** The routing key of this delivery: the queue itself for a retried or replayed message. */
     this.routingKey = d.routingKey;
     /** The key the message was first published with. */

@@ -1,6 +1,7 @@
 // SQL on the database the subscription is granted (`sql = "NAME"`): one transaction per handler
 // call, committed only when it answers ok. Placeholders are the backend's own ($1 or ?).
 import { bound } from "./bindings.js";
+import { ownBytes } from "./bytes.js";
 import { hostError } from "./errors.js";
 import { number } from "./numbers.js";
 
@@ -73,7 +74,7 @@ export function fromValue(v) {
     case "int":
       return number(v.val);
     case "bytes":
-      return v.val instanceof Uint8Array ? v.val : Uint8Array.from(v.val);
+      return ownBytes(v.val);
     default:
       return v.val;
   }

@@ -1,6 +1,7 @@
 // The SDK's own tests: the API over the fake host, as a plugin sees it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { runInNewContext } from "node:vm";
 import {
   handler, ok, retry, fail, info, log, config, publish, publishJson, PublishError,
   kv, KvError, sql, SqlError,
@@ -34,6 +35,21 @@ test("a message carries the delivery with JS types", () => {
   assert.equal(seen.correlationId, null);
   assert.equal(seen.timestamp, 1700000000);
   assert.deepEqual(seen.headers, { "x-count": "5", "x-table": '{"a":1}' });
+});
+
+// componentize-js lifts list<u8> into a Uint8Array of the bindings' own global: the body must
+// come out as a Uint8Array of the plugin's realm, without a byte-by-byte Uint8Array.from.
+test("a body from another realm becomes a Uint8Array of this one", () => {
+  let seen;
+  const handle = handler((msg) => {
+    seen = msg;
+  });
+  const run = new TestMessage("");
+  run.delivery.body = runInNewContext('new Uint8Array([0x7b, 0x22, 0x61, 0x22, 0x3a, 0x31, 0x7d]).subarray(1, 6)');
+  assert.equal(run.delivery.body instanceof Uint8Array, false);
+  run.run(handle);
+  assert.ok(seen.body instanceof Uint8Array);
+  assert.equal(seen.text(), '"a":1');
 });
 
 test("json bodies and bad bodies", () => {
