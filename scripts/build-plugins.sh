@@ -33,6 +33,7 @@ COMPONENT_TARGET=wasm32-wasip2                    # of components, with rustup
 TOOLCHAIN="${WORKER_WASM_TOOLCHAIN:-auto}"
 START_NS=$(date +%s%N)
 source "$ROOT/scripts/packages.sh"
+source "$ROOT/scripts/replace.sh"
 
 say() { printf '%s\n' "$*" >&2; }
 die() { say "build-plugins: $*"; exit 1; }
@@ -41,10 +42,7 @@ die() { say "build-plugins: $*"; exit 1; }
 publish_module() {
     local built=$1 out=$2
     [[ -f $built ]] || die "expected $built after the build"
-    if ! cmp -s "$built" "$out"; then
-        cp "$built" "$out.tmp.$$"
-        mv -f "$out.tmp.$$" "$out"
-    fi
+    replace_if_changed "$built" "$out"
     local size
     size=$(wc -c <"$out")
     printf '  %-24s %8d bytes  (%s KiB)\n' "$(basename "$out")" "$size" "$(awk "BEGIN{printf \"%.1f\", $size/1024}")"

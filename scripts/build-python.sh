@@ -24,6 +24,7 @@ TARGET_DIR="${PLUGINS_TARGET_DIR:-$PLUGINS/target}"
 SDK="$ROOT/plugin-sdk/python"
 WIT="$ROOT/wit"
 source "$ROOT/scripts/python.sh"
+source "$ROOT/scripts/replace.sh"
 
 say() { printf '%s\n' "$*" >&2; }
 die() { say "build-python: $*"; exit 1; }
@@ -55,14 +56,10 @@ has_requirements() {
     [[ -f $1 ]] && grep -qvE '^[[:space:]]*(#|$)' "$1"
 }
 
-# Replaces $2 with $1 only if the bytes differ (cp next to it, then mv: atomic).
+# Replaces $2 with $1 only if the bytes differ.
 publish_component() {
-    local built=$1 out=$2
-    [[ -s $built ]] || die "expected $built after the build"
-    if ! cmp -s "$built" "$out"; then
-        cp "$built" "$out.tmp.$$"
-        mv -f "$out.tmp.$$" "$out"
-    fi
+    [[ -s $1 ]] || die "expected $1 after the build"
+    replace_if_changed "$1" "$2"
 }
 
 size_line() { # FILE NOTE
