@@ -248,10 +248,8 @@ async fn admin_endpoints_report_health_readiness_and_metrics() {
     wait_depth(&conn, &n.retry(), 1, Duration::from_secs(20)).await;
     wait_depth(&conn, &n.failed(), 1, Duration::from_secs(20)).await;
     wait_depth(&conn, &n.seen(), 1, Duration::from_secs(20)).await;
-    let (status, metrics) = http_get(addr, "/metrics").await.expect("metrics answer");
-    assert_eq!(status, 200);
     let q = n.q();
-    for family in [
+    let families = [
         format!("worker_messages_total{{queue=\"{q}\",outcome=\"ok\"}} 1"),
         format!("worker_messages_total{{queue=\"{q}\",outcome=\"fail\"}} 1"),
         format!("worker_messages_total{{queue=\"{q}\",outcome=\"retry\"}} 1"),
@@ -265,7 +263,19 @@ async fn admin_endpoints_report_health_readiness_and_metrics() {
         "worker_plugin_reloads_total{result=\"ok\"}".to_string(),
         "worker_broker_connected 1".to_string(),
         "worker_plugin_info{plugin=\"script.wasm\",sha256=\"".to_string(),
-    ] {
+    ];
+    // A result is counted just after its publishes are confirmed, so the `seen` queue can fill
+    // a moment before the counter moves: read until every family is there, or the deadline.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let (status, metrics) = http_get(addr, "/metrics").await.expect("metrics answer");
+        assert_eq!(status, 200);
+        if families.iter().all(|f| metrics.contains(f)) || std::time::Instant::now() > deadline {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for family in families {
         assert!(
             metrics.contains(&family),
             "{family:?} missing from:\n{metrics}"
