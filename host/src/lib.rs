@@ -2,6 +2,7 @@
 
 mod admin;
 mod broker;
+pub mod capability;
 pub mod cli;
 pub mod commands;
 pub mod config;
@@ -20,6 +21,7 @@ mod scaffold;
 pub mod service;
 mod stdout;
 pub mod topology;
+mod wit;
 
 pub use service::run;
 

@@ -27,6 +27,19 @@ struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CapabilityCall {
+    capability: String,
+    store: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CapabilityStore {
+    capability: String,
+    store: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginLabel {
     plugin: String,
     sha256: String,
@@ -73,6 +86,11 @@ pub struct Metrics {
     plugin_info: Family<PluginLabel, Gauge>,
     expected_consumers: AtomicI64,
     started: AtomicBool,
+    capability_calls: Family<CapabilityCall, Counter>,
+    capability_seconds: Family<CapabilityStore, Histogram, fn() -> Histogram>,
+    capability_up: Family<CapabilityStore, Gauge>,
+    /// `capability.store` -> why it is unavailable.
+    capability_down: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
 }
 
 impl Default for Metrics {
@@ -102,12 +120,76 @@ impl Metrics {
             plugin_info: Family::default(),
             expected_consumers: AtomicI64::new(0),
             started: AtomicBool::new(false),
+            capability_calls: Family::default(),
+            capability_seconds: Family::new_with_constructor(duration_histogram),
+            capability_up: Family::default(),
+            capability_down: std::sync::Mutex::new(Default::default()),
         };
         // Registration order is the order of /metrics.
         metrics.register_broker_trouble();
         metrics.register_messages();
         metrics.register_service_state();
+        metrics.register_capabilities();
         metrics
+    }
+
+    fn register_capabilities(&mut self) {
+        self.registry.register(
+            "capability_calls",
+            "Calls plugins made to HTTP, key-value stores and SQL databases, by result",
+            self.capability_calls.clone(),
+        );
+        self.registry.register(
+            "capability_call_seconds",
+            "How long plugins' HTTP, key-value and SQL calls took",
+            self.capability_seconds.clone(),
+        );
+        self.registry.register(
+            "capability_up",
+            "1 while a key-value store or SQL database answers, 0 while it is unavailable",
+            self.capability_up.clone(),
+        );
+    }
+
+    /// One call a plugin made to a capability: `result` is `ok` or the error kind.
+    pub fn capability_call(&self, capability: &str, store: &str, result: &str, elapsed: Duration) {
+        self.capability_calls
+            .get_or_create(&CapabilityCall {
+                capability: capability.to_string(),
+                store: store.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+        self.capability_seconds
+            .get_or_create(&CapabilityStore {
+                capability: capability.to_string(),
+                store: store.to_string(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A store or database answered (`None`) or is unavailable (`Some(why)`); `/readyz` reports
+    /// the unavailable ones.
+    pub fn set_capability_health(&self, capability: &str, store: &str, down: Option<&str>) {
+        self.capability_up
+            .get_or_create(&CapabilityStore {
+                capability: capability.to_string(),
+                store: store.to_string(),
+            })
+            .set(i64::from(down.is_none()));
+        let key = format!("{capability}.{store}");
+        let mut map = self
+            .capability_down
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match down {
+            Some(why) => {
+                map.insert(key, why.to_string());
+            }
+            None => {
+                map.remove(&key);
+            }
+        }
     }
 
     /// What goes wrong with the broker and is worked around: alarms, repairs, dead channels.
@@ -264,6 +346,14 @@ impl Metrics {
         let expected = self.expected_consumers.load(Ordering::Relaxed);
         if running < expected {
             return Err(format!("{running} of {expected} subscriptions consuming"));
+        }
+        let down = self
+            .capability_down
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !down.is_empty() {
+            let list: Vec<String> = down.iter().map(|(k, why)| format!("[{k}] {why}")).collect();
+            return Err(format!("unavailable: {}", list.join("; ")));
         }
         Ok(())
     }

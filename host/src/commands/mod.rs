@@ -75,15 +75,29 @@ async fn check(path: &Path) -> anyhow::Result<()> {
             continue;
         }
         match runtime.load_file_async(&sub.plugin_path).await {
-            Ok(plugin) => say!(
-                "plugin {} ok ({}, sha256 {})",
-                plugin.name(),
-                plugin.abi(),
-                plugin.short_sha()
-            ),
+            Ok(plugin) => {
+                say!(
+                    "plugin {} ok ({}, sha256 {})",
+                    plugin.name(),
+                    plugin.abi(),
+                    plugin.short_sha()
+                );
+                let granted = config
+                    .subscriptions
+                    .iter()
+                    .filter(|s| s.plugin_path == sub.plugin_path && s.grants != Default::default());
+                for s in granted.filter(|_| !plugin.is_component()) {
+                    problems.push(format!(
+                        "subscription {} grants HTTP, kv or sql to {}, an ABI v1 module: capabilities are for components only",
+                        s.queue,
+                        plugin.name()
+                    ));
+                }
+            }
             Err(err) => problems.push(format!("{err:#}")),
         }
     }
+    print_capabilities(&config);
     if !problems.is_empty() {
         anyhow::bail!("{}", problems.join("\n"));
     }
@@ -94,6 +108,39 @@ async fn check(path: &Path) -> anyhow::Result<()> {
         seen.len()
     );
     Ok(())
+}
+
+/// The stores, databases and grants `check` found, with every secret hidden.
+fn print_capabilities(config: &crate::config::Config) {
+    use crate::config::KvBackend;
+    for kv in &config.kv {
+        match &kv.backend {
+            KvBackend::Embedded { path } => say!("kv {}: embedded, {}", kv.name, path.display()),
+            KvBackend::Redis { url } => say!("kv {}: redis, {}", kv.name, url.redacted_url()),
+        }
+    }
+    for db in &config.sql {
+        say!(
+            "sql {}: {}, {} (at most {} connections)",
+            db.name,
+            db.kind.as_str(),
+            db.url.redacted_url(),
+            db.max_connections
+        );
+    }
+    for sub in &config.subscriptions {
+        let g = &sub.grants;
+        let mut parts: Vec<String> = g.http.allowed.iter().map(|o| format!("http {o}")).collect();
+        let headers: usize = g.http.headers.iter().map(|h| h.headers.len()).sum();
+        if headers > 0 {
+            parts.push(format!("{headers} injected header(s)"));
+        }
+        parts.extend(g.kv.iter().map(|k| format!("kv {k}")));
+        parts.extend(g.sql.iter().map(|d| format!("sql {d}")));
+        if !parts.is_empty() {
+            say!("subscription {} may use: {}", sub.queue, parts.join(", "));
+        }
+    }
 }
 
 async fn topology(path: &Path, apply: bool) -> anyhow::Result<()> {

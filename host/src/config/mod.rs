@@ -3,6 +3,7 @@
 //! over the whole file that reports every cross-field problem at once.
 
 mod error;
+mod grants;
 mod raw;
 mod units;
 mod validate;
@@ -17,6 +18,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use error::{ConfigError, Location, Problem, Warning};
+pub use grants::{
+    DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE, DEFAULT_SQL_MAX_CONNECTIONS, Grants,
+    HttpGrant, KvBackend, KvStoreConfig, Origin, OriginHeaders, Secret, SqlDatabaseConfig, SqlKind,
+};
 pub use units::MAX_NAME_BYTES;
 
 /// The environment variable that replaces `[broker] url` / `urls`.
@@ -40,6 +45,10 @@ pub struct Config {
     /// `[state] dir`, resolved against the folder of worker.toml: compiled plugins, embedded
     /// stores.
     pub state_dir: PathBuf,
+    /// `[kv.NAME]` stores, by name.
+    pub kv: Vec<KvStoreConfig>,
+    /// `[sql.NAME]` databases, by name.
+    pub sql: Vec<SqlDatabaseConfig>,
 }
 
 impl Config {
@@ -122,6 +131,8 @@ pub struct Subscription {
     pub instance: InstanceMode,
     /// Messages one reused instance serves before it is replaced.
     pub instance_max_messages: u32,
+    /// Outbound HTTP, key-value store and SQL database (components only).
+    pub grants: Grants,
 }
 
 /// One retry delay; the text is kept because it names the retry queue.

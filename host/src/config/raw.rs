@@ -1,6 +1,8 @@
 //! worker.toml exactly as written: serde structs that refuse unknown keys and keep the spans the
 //! second pass (validate.rs) needs to point at a line.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -26,6 +28,34 @@ pub struct RawConfig {
     pub queues_extra: Vec<RawQueue>,
     pub delay: Option<RawDelay>,
     pub state: Option<RawState>,
+    /// `[kv.NAME]` stores.
+    #[serde(default)]
+    pub kv: BTreeMap<String, Spanned<RawKv>>,
+    /// `[sql.NAME]` databases.
+    #[serde(default)]
+    pub sql: BTreeMap<String, Spanned<RawSql>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKv {
+    pub backend: Option<Spanned<KvBackendKind>>,
+    pub url: Option<Spanned<String>>,
+    pub max_value_size: Option<Spanned<ByteSize>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvBackendKind {
+    Embedded,
+    Redis,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSql {
+    pub url: Option<Spanned<String>>,
+    pub max_connections: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,6 +128,7 @@ macro_rules! with_settings {
             pub publish: Option<Vec<Spanned<Name>>>,
             pub instance: Option<InstanceMode>,
             pub instance_max_messages: Option<InstanceMaxMessages>,
+            pub http_max_response: Option<Spanned<ByteSize>>,
         }
     };
 }
@@ -118,8 +149,15 @@ with_settings! {
         #[serde(default)]
         pub bindings: Vec<RoutingKey>,
         pub config: Option<toml::Table>,
+        pub allowed_hosts: Option<Vec<Spanned<String>>>,
+        pub http_headers: Option<BTreeMap<String, Spanned<RawHeaders>>>,
+        pub kv: Option<Spanned<String>>,
+        pub sql: Option<Spanned<String>>,
     }
 }
+
+/// `[subscription.http_headers."origin"]`: header name -> value.
+pub type RawHeaders = BTreeMap<String, Spanned<String>>;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -317,3 +317,71 @@ fn unreadable_file_names_the_path() {
     assert!(err.to_string().starts_with("cannot read "), "{err}");
     assert!(err.to_string().contains("no-such-file.toml"), "{err}");
 }
+
+#[test]
+fn capability_grants_and_stores() {
+    let home = std::env::var("HOME").expect("HOME is set in tests");
+    let text = r#"
+[broker]
+url = "amqp://127.0.0.1"
+
+[kv.cache]
+[kv.shared]
+backend = "redis"
+url = "redis://:pw@127.0.0.1:6379/0"
+max_value_size = "4KiB"
+
+[sql.orders]
+url = "sqlite:orders.db"
+[sql.remote]
+url = "mariadb://root:${HOME}@db/test"
+max_connections = 2
+
+[[subscription]]
+queue = "q"
+plugin = "echo.wasm"
+allowed_hosts = ["https://API.example.com", "http://127.0.0.1:*"]
+http_max_response = "1MiB"
+kv = "cache"
+sql = "orders"
+[subscription.http_headers."https://api.example.com"]
+Authorization = "Bearer ${HOME}"
+"#;
+    let (config, _) = parse_good(text);
+    let state = fixtures("good").join("state");
+    assert_eq!(config.kv.len(), 2);
+    assert_eq!(
+        config.kv[0].backend,
+        KvBackend::Embedded {
+            path: state.join("kv/cache.redb")
+        }
+    );
+    assert_eq!(config.kv[1].max_value_size, 4096);
+    assert_eq!(config.sql[0].kind, SqlKind::Sqlite);
+    assert_eq!(
+        config.sql[0].url.expose(),
+        format!("sqlite://{}", state.join("orders.db").display())
+    );
+    assert_eq!(config.sql[1].kind, SqlKind::MySql);
+    assert_eq!(
+        config.sql[1].url.expose(),
+        format!("mysql://root:{home}@db/test")
+    );
+    assert_eq!(config.sql[1].url.redacted_url(), "mysql://root:***@db/test");
+    assert_eq!(config.sql[1].max_connections, 2);
+
+    let g = &config.subscriptions[0].grants;
+    assert_eq!(g.kv.as_deref(), Some("cache"));
+    assert_eq!(g.sql.as_deref(), Some("orders"));
+    assert_eq!(g.http.max_response, 1 << 20);
+    assert!(g.http.allowed[0].matches("https", "api.example.com", 443));
+    assert!(!g.http.allowed[0].matches("https", "api.example.com", 8443));
+    assert!(!g.http.allowed[0].matches("http", "api.example.com", 443));
+    assert!(g.http.allowed[1].matches("http", "127.0.0.1", 9));
+    let (name, value) = &g.http.headers[0].headers[0];
+    assert_eq!(name, "Authorization");
+    assert_eq!(value.expose(), format!("Bearer {home}"));
+    // Secrets never print.
+    let shown = format!("{config:?}");
+    assert!(!shown.contains(&home), "a secret leaked into Debug output");
+}

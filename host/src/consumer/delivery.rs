@@ -61,6 +61,7 @@ impl Subscriber {
             meta,
             config_json: self.config_json.clone(),
             publish: self.policy.clone(),
+            granted: self.granted.clone(),
         });
         let received = Received {
             calls: input.meta.attempt,

@@ -28,6 +28,7 @@ use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 use crate::broker::{self, Publisher};
+use crate::capability::Granted;
 use crate::config::{Exchanges, InstanceMode, Subscription};
 use crate::delay::Delayer;
 use crate::metrics::{Metrics, QueueMetrics};
@@ -53,6 +54,7 @@ pub struct Subscriber {
     pub plugin: Arc<ArcSwap<Plugin>>,
     config_json: Arc<str>,
     policy: Arc<PublishPolicy>,
+    granted: Arc<Granted>,
     limits: Limits,
     delayer: Option<Delayer>,
     metrics: QueueMetrics,
@@ -67,6 +69,7 @@ impl Subscriber {
         exchanges: Arc<Exchanges>,
         plugin: Arc<ArcSwap<Plugin>>,
         delayer: Option<Delayer>,
+        granted: Arc<Granted>,
         metrics: Arc<Metrics>,
     ) -> Subscriber {
         let config_json: Arc<str> = sub.config.to_string().into();
@@ -92,6 +95,7 @@ impl Subscriber {
             plugin,
             config_json,
             policy,
+            granted,
             limits,
             delayer,
             metrics,

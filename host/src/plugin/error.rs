@@ -75,6 +75,9 @@ pub enum HandlerError {
     Exit(i32),
     #[error("cannot instantiate: {0}")]
     Instantiate(String),
+    /// The handler answered ok but its SQL transaction could not be committed.
+    #[error("cannot commit: {0}")]
+    Commit(String),
 }
 
 fn in_func(func: &Option<String>) -> String {

@@ -55,6 +55,8 @@ pub struct Input {
     /// The subscription's `[subscription.config]` as JSON (`{}` when absent).
     pub config_json: Arc<str>,
     pub publish: Arc<PublishPolicy>,
+    /// The subscription's capabilities (components only).
+    pub granted: Arc<crate::capability::Granted>,
 }
 
 /// Delivery metadata served by `meta_get`.

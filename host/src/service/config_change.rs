@@ -125,6 +125,36 @@ fn reload_config(old: &Config) -> anyhow::Result<Config> {
         later.push("[delay]");
         new.delay = old.delay;
     }
+    if new.kv != old.kv {
+        later.push("[kv]");
+        new.kv = old.kv.clone();
+    }
+    if new.sql != old.sql {
+        later.push("[sql]");
+        new.sql = old.sql.clone();
+    }
+    for sub in &new.subscriptions {
+        let g = &sub.grants;
+        let kv_missing =
+            g.kv.as_ref()
+                .filter(|n| !new.kv.iter().any(|s| &s.name == *n));
+        let sql_missing = g
+            .sql
+            .as_ref()
+            .filter(|n| !new.sql.iter().any(|s| &s.name == *n));
+        if let Some(name) = kv_missing {
+            anyhow::bail!(
+                "subscription {} uses [kv.{name}], which is new; [kv] changes need a restart",
+                sub.queue
+            );
+        }
+        if let Some(name) = sql_missing {
+            anyhow::bail!(
+                "subscription {} uses [sql.{name}], which is new; [sql] changes need a restart",
+                sub.queue
+            );
+        }
+    }
     if !later.is_empty() {
         warn!(
             "changes to {} apply at the next restart; the rest is applied now",

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::broker::{self, Backoff};
+use crate::capability::Capabilities;
 use crate::config::{Config, Subscription};
 use crate::consumer::Subscriber;
 use crate::delay::Delayer;
@@ -68,6 +69,8 @@ struct State {
     plugins: PluginSet,
     metrics: Arc<Metrics>,
     delayer: Option<Delayer>,
+    /// Key-value stores and SQL databases, opened once; `[kv]`/`[sql]` changes need a restart.
+    capabilities: Arc<Capabilities>,
     subscribers: HashMap<String, Arc<Subscriber>>,
 }
 
@@ -78,11 +81,13 @@ impl State {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<State> {
         let delayer = Delayer::from_config(&config)?;
+        let capabilities = Arc::new(Capabilities::open(&config, metrics.clone()).await?);
         let mut state = State {
             config,
             plugins,
             metrics,
             delayer,
+            capabilities,
             subscribers: HashMap::new(),
         };
         let subs = state.config.subscriptions.clone();
@@ -97,11 +102,20 @@ impl State {
 
     async fn subscriber(&self, sub: Arc<Subscription>) -> anyhow::Result<Arc<Subscriber>> {
         let slot = self.plugins.slot(&sub.plugin_path).await?;
+        if sub.grants != Default::default() && !slot.load().is_component() {
+            warn!(
+                queue = %sub.queue,
+                plugin = %sub.plugin,
+                "the subscription grants HTTP, kv or sql, but its plugin is an ABI v1 module: capabilities are for components only"
+            );
+        }
+        let granted = self.capabilities.grant(&sub);
         Ok(Arc::new(Subscriber::new(
             sub,
             Arc::new(self.config.exchanges.clone()),
             slot,
             self.delayer.clone(),
+            granted,
             self.metrics.clone(),
         )))
     }
@@ -119,6 +133,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> a
     let metrics = Arc::new(Metrics::new());
     let state = State::new(config, plugins.clone(), metrics.clone()).await?;
     let admin_cancel = CancellationToken::new();
+    let health = tokio::spawn(watch_capabilities(
+        state.capabilities.clone(),
+        admin_cancel.clone(),
+    ));
     let admin = match state.config.admin.as_ref() {
         Some(admin) => Some(
             crate::admin::serve(
@@ -159,6 +177,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> a
     let _ = tokio::time::timeout(grace, orphans).await;
     hangup.abort();
     admin_cancel.cancel();
+    let _ = health.await;
     if let Some(admin) = admin {
         let _ = tokio::time::timeout(Duration::from_secs(1), admin).await;
     }
@@ -234,6 +253,23 @@ impl Service {
 /// Closes a connection, giving up after `within` (a blocked broker may never answer).
 async fn close_within(conn: &lapin::Connection, within: Duration, why: &str) {
     let _ = tokio::time::timeout(within, conn.close(200, why.into())).await;
+}
+
+/// How often stores and databases are asked whether they answer, for `/readyz`.
+const HEALTH_EVERY: Duration = Duration::from_secs(5);
+
+/// Checks the stores and databases until `cancel`.
+async fn watch_capabilities(capabilities: Arc<Capabilities>, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = capabilities.check_health() => {}
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(HEALTH_EVERY) => {}
+        }
+    }
 }
 
 /// SIGHUP asks for a config reload, like a change of the file.

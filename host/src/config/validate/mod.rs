@@ -1,6 +1,7 @@
 //! The second pass: turns a `RawConfig` into a `Config`, applying defaults and collecting every
 //! cross-field problem (and warning) at once, each pointed at the line it is about.
 
+mod grants;
 mod subscription;
 mod topology;
 
@@ -55,9 +56,11 @@ pub fn parse(
             message: err.message().trim_end().to_string(),
         }],
     })?;
+    let vars = |name: &str| std::env::var(name).ok();
     let mut checker = Checker {
         text,
         path,
+        vars: &vars,
         problems: Vec::new(),
         warnings: Vec::new(),
     };
@@ -82,6 +85,8 @@ pub fn parse(
 struct Checker<'a> {
     text: &'a str,
     path: &'a Path,
+    /// Where `${VAR}` in urls and header values is looked up.
+    vars: &'a dyn Fn(&str) -> Option<String>,
     problems: Vec<Problem>,
     warnings: Vec<Warning>,
 }
@@ -150,10 +155,15 @@ impl Checker<'_> {
                     .any(|e: &ExchangeDecl| e.name == name)
         };
 
+        let state_dir = self.state_dir(&raw);
+        let kv = self.kv_stores(&raw.kv, &state_dir);
+        let sql = self.sql_databases(&raw.sql, &state_dir);
         let defaults = raw.defaults.take().unwrap_or_default();
         let mut subscriptions = Vec::new();
         for sub in &raw.subscriptions {
-            subscriptions.push(self.subscription(sub, &defaults, &exchanges, &plugins, &declared));
+            let mut s = self.subscription(sub, &defaults, &exchanges, &plugins, &declared);
+            s.grants = self.grants(sub, &defaults, &kv, &sql);
+            subscriptions.push(s);
         }
         let mut queues_extra = Vec::new();
         for queue in &raw.queues_extra {
@@ -170,7 +180,9 @@ impl Checker<'_> {
             subscriptions,
             exchanges_extra,
             queues_extra,
-            state_dir: self.state_dir(&raw),
+            state_dir,
+            kv,
+            sql,
             delay: raw.delay.map(|d| DelayConfig { levels: d.levels.0 }),
         }
     }

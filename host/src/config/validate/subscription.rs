@@ -53,6 +53,7 @@ impl Checker<'_> {
                 .or(defaults.instance_max_messages)
                 .map_or(DEFAULT_INSTANCE_MAX_MESSAGES, |n| n.0),
             publish,
+            grants: Default::default(),
             config: sub.config.as_ref().map_or_else(
                 || serde_json::Value::Object(Default::default()),
                 |t| toml_to_json(toml::Value::Table(t.clone())),

@@ -1,14 +1,14 @@
-//! The world's own imports: `host` (log, config, publish), and `kv` and `sql`, which answer
-//! `denied` until a subscription is granted a store or a database.
+//! The world's own `host` imports: log, config, publish. (`kv` and `sql` are capabilities,
+//! `crate::capability`.)
 
 use std::time::Duration;
 
 use worker_abi::PublishRefusal;
 
-use super::bindings::worker::plugin::{host, kv, sql, types};
 use super::state::CState;
 use crate::plugin::pending::Refused;
 use crate::plugin::{LogLevel, LogSource, Publish};
+use crate::wit::worker::plugin::{host, types};
 
 impl types::Host for CState {}
 
@@ -91,56 +91,5 @@ fn refusal_name(refusal: PublishRefusal) -> &'static str {
         PublishRefusal::TooManyMessages => "too-many",
         PublishRefusal::TooManyBytes => "too-large",
         PublishRefusal::Invalid => "invalid",
-    }
-}
-
-impl kv::Host for CState {
-    async fn get(&mut self, _key: String) -> Result<Option<Vec<u8>>, kv::KvError> {
-        Err(kv::KvError::Denied)
-    }
-
-    async fn set(
-        &mut self,
-        _key: String,
-        _value: Vec<u8>,
-        _ttl_ms: Option<u64>,
-    ) -> Result<(), kv::KvError> {
-        Err(kv::KvError::Denied)
-    }
-
-    async fn delete(&mut self, _key: String) -> Result<bool, kv::KvError> {
-        Err(kv::KvError::Denied)
-    }
-
-    async fn increment(&mut self, _key: String, _delta: i64) -> Result<i64, kv::KvError> {
-        Err(kv::KvError::Denied)
-    }
-
-    async fn compare_and_swap(
-        &mut self,
-        _key: String,
-        _expected: Option<Vec<u8>>,
-        _value: Vec<u8>,
-        _ttl_ms: Option<u64>,
-    ) -> Result<bool, kv::KvError> {
-        Err(kv::KvError::Denied)
-    }
-}
-
-impl sql::Host for CState {
-    async fn query(
-        &mut self,
-        _statement: String,
-        _params: Vec<sql::Value>,
-    ) -> Result<sql::Rows, sql::SqlError> {
-        Err(sql::SqlError::Denied)
-    }
-
-    async fn execute(
-        &mut self,
-        _statement: String,
-        _params: Vec<sql::Value>,
-    ) -> Result<u64, sql::SqlError> {
-        Err(sql::SqlError::Denied)
     }
 }

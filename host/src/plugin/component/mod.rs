@@ -19,31 +19,26 @@ use super::state::{LogBuffer, bounded_text};
 use super::{Answer, Input, Instances, Limits};
 use state::CState;
 
-/// Host bindings, generated from the one definition of the contract.
-pub(crate) mod bindings {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "worker:plugin/handler",
-        imports: { default: async },
-        exports: { default: async },
-    });
-}
+use crate::capability;
+use crate::wit::worker::plugin::{host, types};
+use crate::wit::{Handler, HandlerPre};
 
-use bindings::worker::plugin::types;
-use bindings::{Handler, HandlerPre};
-
-/// The linker every component is linked with: the world's imports, WASI 0.2 and wasi:http.
+/// The linker every component is linked with: the world's `host` and `types`, WASI 0.2, and
+/// the capabilities (kv, sql, wasi:http).
 pub(crate) fn linker(engine: &Engine) -> anyhow::Result<Linker<CState>> {
     let mut linker = Linker::new(engine);
     let err = |e: wasmtime::Error| anyhow::anyhow!("{}", chain_text(&e));
-    Handler::add_to_linker::<_, HasSelf<CState>>(&mut linker, |s| s).map_err(err)?;
+    types::add_to_linker::<_, HasSelf<CState>>(&mut linker, |s| s).map_err(err)?;
+    host::add_to_linker::<_, HasSelf<CState>>(&mut linker, |s| s).map_err(err)?;
     wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(err)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(err)?;
+    capability::link(&mut linker).map_err(err)?;
     Ok(linker)
 }
 
 /// A component, linked and ready to instantiate, with its warm instances.
 pub(crate) struct ComponentPlugin {
+    /// The plugin file, for capability log lines.
+    name: Arc<str>,
     pre: HandlerPre<CState>,
     /// Reusable instances by subscription queue: globals must never cross subscriptions.
     warm: Mutex<HashMap<String, Vec<Warm>>>,
@@ -97,6 +92,7 @@ impl ComponentPlugin {
             reason: chain_text(&e),
         })?;
         Ok(ComponentPlugin {
+            name: file.into(),
             pre,
             warm: Mutex::new(HashMap::new()),
         })
@@ -136,14 +132,21 @@ impl ComponentPlugin {
         };
         // The timeout covers the call, not the wait for a pool slot.
         let deadline = Instant::now() + limits.timeout;
-        store.data_mut().begin(input.clone(), deadline);
+        store.data_mut().begin(input.clone(), &self.name, deadline);
         store.set_epoch_deadline(1);
 
         let run = self.run(&mut store, handler, &input, limits);
-        let result = match tokio::time::timeout(limits.timeout + outer_grace, run).await {
+        let mut result = match tokio::time::timeout(limits.timeout + outer_grace, run).await {
             Ok(result) => result,
             Err(_) => Err(HandlerError::Timeout(limits.timeout)),
         };
+        // Effects are committed only on ok, before the caller publishes and acks.
+        let ok = matches!(&result, Ok((_, types::Outcome::Ok)));
+        if let Err(why) = store.data_mut().settle_capabilities(ok).await
+            && ok
+        {
+            result = Err(HandlerError::Commit(why));
+        }
         let (logs, pending) = store.data_mut().finish();
         match result {
             Ok((handler, outcome)) => {

@@ -1,18 +1,19 @@
-//! The store data of a component: the message it handles, what the guest produced so far, and
-//! the WASI 0.2 context it runs in (no files, environment, arguments or sockets; stdout and
-//! stderr captured; outgoing HTTP refused until a subscription grants it).
+//! The store data of a component: the message it handles, what the guest produced so far, the
+//! WASI 0.2 context it runs in (no files, environment, arguments or sockets; stdout and stderr
+//! captured) and the per-message state of its capabilities (HTTP, kv, sql).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
 use super::super::pending::Pending;
 use super::super::state::{Limiter, LogBuffer};
 use super::super::wasi::BoundedPipe;
 use super::super::{Input, LogLevel, LogSource};
+use crate::capability::{self, Instances, Scope};
 
 /// Core instances, tables and memories one component store may create: what the language
 /// runtimes measured need (Python 14 core instances, JavaScript 4), with room to spare.
@@ -30,8 +31,7 @@ pub(crate) struct CState {
     pub deadline: Instant,
     wasi: WasiCtx,
     table: ResourceTable,
-    http: WasiHttpCtx,
-    hooks: NoHttp,
+    capabilities: Instances,
     stdout: BoundedPipe,
     stderr: BoundedPipe,
 }
@@ -63,21 +63,32 @@ impl CState {
             deadline,
             wasi,
             table: ResourceTable::new(),
-            http: WasiHttpCtx::new(),
-            hooks: NoHttp,
+            capabilities: Instances::default(),
             stdout,
             stderr,
         }
     }
 
-    /// Starts the next message in a reused instance: nothing of the last call's output stays.
-    pub fn begin(&mut self, input: Arc<Input>, deadline: Instant) {
+    /// Starts the next message (in a new or a reused instance): nothing of the last call's
+    /// output stays, and the capabilities begin under this message's grants.
+    pub fn begin(&mut self, input: Arc<Input>, plugin: &Arc<str>, deadline: Instant) {
+        let scope = Scope {
+            plugin: plugin.clone(),
+            queue: input.meta.queue.clone(),
+            deadline,
+        };
+        self.capabilities.begin(&input.granted, &scope);
         self.input = input;
         self.pending.clear();
         self.logs = LogBuffer::default();
         self.deadline = deadline;
         self.stdout.take();
         self.stderr.take();
+    }
+
+    /// Commits (on ok) or undoes the message's capability effects (SQL transaction).
+    pub async fn settle_capabilities(&mut self, ok: bool) -> Result<(), String> {
+        self.capabilities.finish(ok).await
     }
 
     /// Moves captured stdout/stderr into the log buffer and hands over the call's output.
@@ -104,31 +115,12 @@ impl WasiView for CState {
 
 impl WasiHttpView for CState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView {
-            hooks: &mut self.hooks,
-            table: &mut self.table,
-            ctx: &mut self.http,
-        }
+        self.capabilities.http.view(&mut self.table)
     }
 }
 
-/// Refuses every outgoing request: no subscription has an HTTP grant yet.
-struct NoHttp;
-
-impl WasiHttpHooks for NoHttp {
-    fn send_request(
-        &mut self,
-        _request: http::Request<WasiBody>,
-        _options: Option<wasmtime_wasi_http::RequestOptions>,
-        _fut: Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
-    ) -> Box<
-        dyn Future<
-                Output = wasmtime_wasi_http::Result<(
-                    http::Response<WasiBody>,
-                    Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
-                )>,
-            > + Send,
-    > {
-        Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) })
+impl capability::Host for CState {
+    fn capabilities(&mut self) -> &mut Instances {
+        &mut self.capabilities
     }
 }

@@ -73,6 +73,7 @@ fn input(body: impl Into<bytes::Bytes>) -> Input {
         },
         config_json: Arc::from(r#"{"greeting":"hello"}"#),
         publish: Arc::new(policy()),
+        granted: Arc::default(),
     }
 }
 

@@ -1,0 +1,243 @@
+//! Outbound HTTP (`wasi:http/outgoing-handler`): every request of the guest decided by the host
+//! against the subscription's `allowed_hosts` (SPEC section 9), then sent by the host itself.
+//! A refusal or failure reaches the guest as a wasi:http error code, never as a trap.
+
+mod policy;
+mod send;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::HOST;
+use http::{HeaderValue, Request, Response};
+use http_body::Body;
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime_wasi_http::{
+    Error, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
+};
+
+use self::policy::{Policy, Refusal, Target};
+use self::send::{Io, Limits};
+use super::{Capability, Host, Recorder, Scope};
+use crate::config::HttpGrant;
+
+/// A subscription's HTTP grant, ready to decide requests.
+pub(crate) struct Grant {
+    policy: Policy,
+    recorder: Recorder,
+}
+
+impl Grant {
+    pub fn new(config: &HttpGrant, recorder: Recorder) -> Grant {
+        Grant {
+            policy: Policy::new(config),
+            recorder,
+        }
+    }
+}
+
+/// The HTTP state of one message.
+#[derive(Default)]
+pub(crate) struct Instance {
+    ctx: WasiHttpCtx,
+    hooks: Hooks,
+}
+
+impl Instance {
+    /// The view wasi:http's bindings work through; `table` is the instance's one table.
+    pub fn view<'a>(&'a mut self, table: &'a mut ResourceTable) -> WasiHttpCtxView<'a> {
+        WasiHttpCtxView {
+            ctx: &mut self.ctx,
+            table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+impl Capability for Instance {
+    type Grant = Grant;
+
+    fn link<T: Host>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
+    }
+
+    fn begin(&mut self, grant: Option<Arc<Grant>>, scope: &Scope) {
+        self.hooks = Hooks {
+            grant,
+            scope: Some(scope.clone()),
+        };
+    }
+
+    async fn finish(&mut self, _ok: bool) -> Result<(), String> {
+        self.hooks = Hooks::default();
+        Ok(())
+    }
+}
+
+/// Decides each request of one message.
+#[derive(Default)]
+struct Hooks {
+    grant: Option<Arc<Grant>>,
+    scope: Option<Scope>,
+}
+
+type IoFuture = Box<dyn Future<Output = Result<(), Error>> + Send>;
+
+impl WasiHttpHooks for Hooks {
+    fn send_request(
+        &mut self,
+        request: Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _fut: IoFuture,
+    ) -> Box<dyn Future<Output = Result<(Response<WasiBody>, IoFuture), Error>> + Send> {
+        let grant = self.grant.clone();
+        let scope = self.scope.clone();
+        Box::new(async move {
+            // No scope means no message is running (begin was not called): nothing may go out.
+            let Some(scope) = scope else {
+                return Err(Error::HttpRequestDenied);
+            };
+            let (res, io) = handle(request, grant.as_deref(), &scope, options).await?;
+            Ok((res, Box::new(io) as IoFuture))
+        })
+    }
+}
+
+/// Why a request stopped before it was sent.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// The rules refused it (`denied`).
+    Refused(Refusal),
+    /// It could not go out (`error`): DNS failed or timed out.
+    Failed(Error),
+}
+
+impl From<Refusal> for Stop {
+    fn from(r: Refusal) -> Stop {
+        Stop::Refused(r)
+    }
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Stop {
+        Stop::Failed(e)
+    }
+}
+
+/// Decides one request of the guest and, when the grant allows it, sends it: the wasi:http
+/// hook without the store, so tests drive it with a plain `http::Request`.
+pub(crate) async fn handle<B>(
+    request: Request<B>,
+    grant: Option<&Grant>,
+    scope: &Scope,
+    options: Option<RequestOptions>,
+) -> Result<(Response<WasiBody>, Io), Error>
+where
+    B: Body<Data = Bytes, Error = Error> + Send + 'static,
+{
+    let Some(grant) = grant else {
+        return Err(refuse(scope, &request, &Refusal::NoGrant));
+    };
+    let mut call = Call::new(&grant.recorder);
+    let target = Target::of(request.uri())?;
+    let deadline = tokio::time::Instant::from_std(scope.deadline);
+    let addrs = match grant.policy.check(&target, deadline).await {
+        Ok(addrs) => addrs,
+        Err(Stop::Refused(why)) => {
+            call.denied();
+            return Err(refuse(scope, &request, &why));
+        }
+        Err(Stop::Failed(err)) => return Err(err),
+    };
+    let request = with_host_headers(request, &grant.policy, &target);
+    let limits = Limits {
+        deadline,
+        options,
+        max_response: grant.policy.max_response,
+    };
+    send::send(request, &target, &addrs, limits, call).await
+}
+
+/// The request as it goes out: `Host` naming the target, and the grant's headers for its origin
+/// (replacing the guest's of the same name). The guest never holds this request, so it cannot
+/// read them.
+fn with_host_headers<B>(mut request: Request<B>, policy: &Policy, target: &Target) -> Request<B> {
+    let host = host_port(request.uri());
+    let headers = request.headers_mut();
+    if let Ok(host) = HeaderValue::from_str(&host) {
+        headers.insert(HOST, host);
+    }
+    for (name, value) in policy.headers_for(target) {
+        headers.insert(name.clone(), value.clone());
+    }
+    request
+}
+
+/// `host[:port]` of `uri` as written, without any user or password.
+fn host_port(uri: &http::Uri) -> String {
+    let host = uri.host().unwrap_or("");
+    match uri.port_u16() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    }
+}
+
+/// Logs a refused request with the plugin, the queue and the URL (without its query, which may
+/// hold secrets); the guest gets the refusal's error code.
+fn refuse<B>(scope: &Scope, request: &Request<B>, why: &Refusal) -> Error {
+    let uri = request.uri();
+    let url = format!(
+        "{}://{}{}",
+        uri.scheme_str().unwrap_or("?"),
+        host_port(uri),
+        uri.path()
+    );
+    tracing::warn!(
+        plugin = %scope.plugin,
+        queue = %scope.queue,
+        method = %request.method(),
+        url = %url,
+        "HTTP request refused: {why}"
+    );
+    why.code()
+}
+
+/// One request in the metrics: recorded once, when it is dropped, as `error` unless it was
+/// refused (`denied`) or its response arrived and its body did not fail (`ok`). The response
+/// body carries it, so the latency covers reading the body.
+pub(crate) struct Call {
+    recorder: Recorder,
+    started: Instant,
+    result: &'static str,
+}
+
+impl Call {
+    fn new(recorder: &Recorder) -> Call {
+        Call {
+            recorder: recorder.clone(),
+            started: Instant::now(),
+            result: "error",
+        }
+    }
+
+    fn denied(&mut self) {
+        self.result = "denied";
+    }
+
+    fn succeeded(&mut self) {
+        self.result = "ok";
+    }
+
+    fn failed(&mut self) {
+        self.result = "error";
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        self.recorder.call(self.started, self.result);
+    }
+}

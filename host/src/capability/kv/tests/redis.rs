@@ -1,0 +1,221 @@
+//! The Redis backend: the shared scenarios on the machine's server, keys namespaced per store,
+//! and a server that is down, silent or comes back.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Ctx, closed_port, deadline, open, raw_redis, redis, scenarios, unique};
+use crate::config::{DEFAULT_KV_MAX_VALUE, KvBackend, Secret};
+use crate::wit::worker::plugin::kv::{Host as _, KvError};
+
+/// Runs `scenario` on a fresh store (whose keys are removed when it drops).
+async fn with_store<F: AsyncFnOnce(&Ctx)>(max_value_size: u64, scenario: F) {
+    scenario(&redis(max_value_size).await).await;
+}
+
+#[tokio::test]
+async fn operations() {
+    with_store(DEFAULT_KV_MAX_VALUE, scenarios::operations).await;
+}
+
+#[tokio::test]
+async fn increment() {
+    with_store(DEFAULT_KV_MAX_VALUE, scenarios::increment).await;
+}
+
+#[tokio::test]
+async fn compare_and_swap() {
+    with_store(DEFAULT_KV_MAX_VALUE, scenarios::compare_and_swap).await;
+}
+
+#[tokio::test]
+async fn ttl() {
+    with_store(DEFAULT_KV_MAX_VALUE, scenarios::ttl).await;
+}
+
+#[tokio::test]
+async fn limits() {
+    with_store(1000, async |ctx| scenarios::limits(ctx, 1000).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cas_contention() {
+    with_store(DEFAULT_KV_MAX_VALUE, async |ctx| {
+        scenarios::cas_contention(ctx, 25).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn through_instance() {
+    with_store(DEFAULT_KV_MAX_VALUE, scenarios::through_instance).await;
+}
+
+#[tokio::test]
+async fn past_deadline() {
+    with_store(DEFAULT_KV_MAX_VALUE, scenarios::past_deadline).await;
+}
+
+/// A store's keys live under `kv:{store}:`; another store of the same server does not see them.
+#[tokio::test]
+async fn keys_are_namespaced_per_store() {
+    let a = redis(DEFAULT_KV_MAX_VALUE).await;
+    let b = redis(DEFAULT_KV_MAX_VALUE).await;
+    a.store
+        .set("shared", b"a".to_vec(), None, deadline())
+        .await
+        .unwrap();
+    assert_eq!(b.store.get("shared", deadline()).await.unwrap(), None);
+    let mut conn = raw_redis().await;
+    let raw: Option<Vec<u8>> = ::redis::cmd("GET")
+        .arg(format!("kv:{}:shared", a.name))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(raw, Some(b"a".to_vec()));
+}
+
+/// Nothing listens: opening succeeds, calls answer `unavailable` at once, `/readyz` says why
+/// without the password, and a ping fails.
+#[tokio::test]
+async fn server_down_answers_unavailable() {
+    let url = format!("redis://:hunter2@127.0.0.1:{}/0", closed_port());
+    let ctx = open(
+        &unique("down"),
+        KvBackend::Redis {
+            url: Secret::new(url),
+        },
+        100,
+    )
+    .await;
+    let mut m = ctx.message(Duration::from_secs(5));
+    let started = Instant::now();
+    let err = m.get("k".into()).await.unwrap_err();
+    assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = m.set("k".into(), b"v".to_vec(), None).await.unwrap_err();
+    assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
+
+    let ready = ctx.metrics.readiness().unwrap_err();
+    assert!(ready.contains(&format!("kv.{}", ctx.name)), "{ready}");
+    let ping = ctx.store.ping().await.unwrap_err();
+    assert!(ping.contains(":***@127.0.0.1"), "{ping}");
+    for text in [
+        &ready,
+        &ping,
+        &format!("{err:?}"),
+        &ctx.metrics.encode(None),
+    ] {
+        assert!(!text.contains("hunter2"), "the password leaked: {text}");
+    }
+}
+
+/// A server that accepts connections and never answers: every call still ends by its deadline.
+#[tokio::test]
+async fn silent_server_does_not_hang_past_the_deadline() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts and holds connections, reading nothing; ends with the test process.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept() {
+            held.push(socket);
+        }
+    });
+    let url = Secret::new(format!("redis://127.0.0.1:{port}/0"));
+    let ctx = open(&unique("silent"), KvBackend::Redis { url }, 100).await;
+    for _ in 0..3 {
+        let mut m = ctx.message(Duration::from_millis(300));
+        let started = Instant::now();
+        let err = m.increment("k".into(), 1).await.unwrap_err();
+        assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(800), "took {took:?}");
+    }
+}
+
+/// A Redis server of this test, on a port of its own; stopped (by its pid) when dropped.
+struct OwnServer {
+    child: Child,
+}
+
+impl OwnServer {
+    fn start(port: u16) -> OwnServer {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (the Redis tests need it installed, as for `redis-server --daemonize yes`)");
+        OwnServer { child }
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `set` until it succeeds; fails after 10 s.
+async fn until_set(ctx: &Ctx) {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut m = ctx.message(Duration::from_secs(2));
+        match m.set("k".into(), b"v".to_vec(), None).await {
+            Ok(()) => return,
+            Err(e) => assert!(Instant::now() < until, "still failing after 10 s: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Down at start, then up: the store connects by itself; then stopped and started again: calls
+/// answer `unavailable` meanwhile and work again after, and `/readyz` follows.
+#[tokio::test]
+async fn reconnects_when_the_server_comes_back() {
+    super::redis_up();
+    let port = closed_port();
+    let url = Secret::new(format!("redis://127.0.0.1:{port}/0"));
+    let ctx = open(&unique("back"), KvBackend::Redis { url }, 100).await;
+    let mut m = ctx.message(Duration::from_secs(2));
+    assert!(matches!(
+        m.get("k".into()).await,
+        Err(KvError::Unavailable(_))
+    ));
+    assert!(ctx.metrics.readiness().is_err());
+
+    let server = OwnServer::start(port);
+    until_set(&ctx).await;
+    assert!(ctx.metrics.readiness().is_ok(), "back in /readyz");
+    assert!(ctx.store.ping().await.is_ok());
+
+    drop(server);
+    let mut m = ctx.message(Duration::from_secs(2));
+    let err = m.get("k".into()).await.unwrap_err();
+    assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
+    assert!(ctx.metrics.readiness().is_err());
+
+    let _server = OwnServer::start(port);
+    until_set(&ctx).await;
+    let mut m = ctx.message(Duration::from_secs(2));
+    assert_eq!(m.get("k".into()).await.unwrap(), Some(b"v".to_vec()));
+    assert!(ctx.metrics.readiness().is_ok());
+}
+
+/// `rediss://` builds a TLS client (rustls over ring) without panicking; a server that does
+/// not speak TLS answers `unavailable`.
+#[tokio::test]
+async fn tls_to_a_plain_server_is_unavailable() {
+    super::redis_up();
+    let url = Secret::new("rediss://127.0.0.1:6379/0");
+    let ctx = open(&unique("tls"), KvBackend::Redis { url }, 100).await;
+    let mut m = ctx.message(Duration::from_secs(3));
+    let err = m.get("k".into()).await.unwrap_err();
+    assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
+}

@@ -1,0 +1,213 @@
+//! Capabilities a subscription may be granted beyond the broker: outbound HTTP, key-value
+//! state and SQL (SPEC section 9). Each is its own module of one shape ([`Capability`]): it
+//! links its imports, opens what its config section defines, and builds the per-message state
+//! the guest's calls run against. The component engine knows them only through this module.
+
+pub(crate) mod http;
+pub(crate) mod kv;
+pub(crate) mod sql;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use wasmtime::component::Linker;
+use wasmtime_wasi_http::WasiHttpView;
+
+use crate::config::{Config, Subscription};
+use crate::metrics::Metrics;
+
+/// The shape every capability has.
+pub(crate) trait Capability: Default + Send + 'static {
+    /// What a grant hands the message: a store, a database pool, an HTTP policy.
+    type Grant: Send + Sync + 'static;
+
+    /// Adds the capability's imports to `linker`; the store data reaches this state through
+    /// [`Host::capabilities`].
+    fn link<T: Host>(linker: &mut Linker<T>) -> wasmtime::Result<()>;
+
+    /// Starts one message under `grant`; without one every call answers `denied`.
+    fn begin(&mut self, grant: Option<Arc<Self::Grant>>, scope: &Scope);
+
+    /// Ends the message: on `ok` its effects are committed (an error means they were not),
+    /// otherwise undone. Leaves the state as `Default` until the next `begin`.
+    fn finish(&mut self, ok: bool) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// The store data of a component instance, as the capabilities see it.
+pub(crate) trait Host: WasiHttpView + Send + 'static {
+    fn capabilities(&mut self) -> &mut Instances;
+}
+
+/// Who is calling, and until when: every capability call ends by `deadline`.
+#[derive(Debug, Clone)]
+pub(crate) struct Scope {
+    /// The plugin file, for log lines.
+    pub plugin: Arc<str>,
+    pub queue: String,
+    pub deadline: Instant,
+}
+
+/// The per-message state of every capability, kept in the component's store data.
+#[derive(Default)]
+pub(crate) struct Instances {
+    pub http: http::Instance,
+    pub kv: kv::Instance,
+    pub sql: sql::Instance,
+}
+
+impl Instances {
+    pub fn begin(&mut self, granted: &Granted, scope: &Scope) {
+        self.http.begin(granted.http.clone(), scope);
+        self.kv.begin(granted.kv.clone(), scope);
+        self.sql.begin(granted.sql.clone(), scope);
+    }
+
+    /// Commits (on ok) or undoes every capability's effects; the first commit error wins.
+    pub async fn finish(&mut self, ok: bool) -> Result<(), String> {
+        let sql = self.sql.finish(ok).await;
+        let kv = self.kv.finish(ok).await;
+        let http = self.http.finish(ok).await;
+        sql.and(kv).and(http)
+    }
+}
+
+/// Adds every capability's imports to `linker`.
+pub(crate) fn link<T: Host>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    http::Instance::link(linker)?;
+    kv::Instance::link(linker)?;
+    sql::Instance::link(linker)?;
+    Ok(())
+}
+
+/// What one subscription was granted, resolved to open stores and databases.
+#[derive(Default)]
+pub struct Granted {
+    pub(crate) http: Option<Arc<http::Grant>>,
+    pub(crate) kv: Option<Arc<kv::Store>>,
+    pub(crate) sql: Option<Arc<sql::Database>>,
+}
+
+impl std::fmt::Debug for Granted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Granted")
+            .field("http", &self.http.is_some())
+            .field("kv", &self.kv.is_some())
+            .field("sql", &self.sql.is_some())
+            .finish()
+    }
+}
+
+/// Every store and database of the config, opened once and shared by the subscriptions
+/// granted them.
+pub struct Capabilities {
+    kv: BTreeMap<String, Arc<kv::Store>>,
+    sql: BTreeMap<String, Arc<sql::Database>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Capabilities {
+    /// Nothing opened: every grant resolves to nothing (tools, tests).
+    pub fn none() -> Capabilities {
+        Capabilities {
+            kv: BTreeMap::new(),
+            sql: BTreeMap::new(),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    /// Opens every `[kv.NAME]` and `[sql.NAME]`. Embedded files must open; a server that is
+    /// down only makes calls answer `unavailable` until it is back.
+    pub async fn open(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Capabilities> {
+        let mut kv = BTreeMap::new();
+        for store in &config.kv {
+            let recorder = Recorder::new(&metrics, "kv", &store.name);
+            let opened = kv::Store::open(store, recorder)
+                .await
+                .with_context(|| format!("cannot open [kv.{}]", store.name))?;
+            kv.insert(store.name.clone(), Arc::new(opened));
+        }
+        let mut sql = BTreeMap::new();
+        for db in &config.sql {
+            let recorder = Recorder::new(&metrics, "sql", &db.name);
+            let opened = sql::Database::open(db, recorder)
+                .await
+                .with_context(|| format!("cannot open [sql.{}]", db.name))?;
+            sql.insert(db.name.clone(), Arc::new(opened));
+        }
+        Ok(Capabilities { kv, sql, metrics })
+    }
+
+    /// What `sub` is granted; a name the config did not define (cannot pass validation)
+    /// resolves to nothing, so calls answer `denied`.
+    pub fn grant(&self, sub: &Subscription) -> Arc<Granted> {
+        let g = &sub.grants;
+        let http = (!g.http.allowed.is_empty()).then(|| {
+            Arc::new(http::Grant::new(
+                &g.http,
+                Recorder::new(&self.metrics, "http", &sub.queue),
+            ))
+        });
+        Arc::new(Granted {
+            http,
+            kv: g.kv.as_ref().and_then(|n| self.kv.get(n).cloned()),
+            sql: g.sql.as_ref().and_then(|n| self.sql.get(n).cloned()),
+        })
+    }
+
+    /// Asks every store and database whether it answers, and reports it to `/readyz`.
+    pub async fn check_health(&self) {
+        for (name, store) in &self.kv {
+            let down = store.ping().await.err();
+            self.metrics
+                .set_capability_health("kv", name, down.as_deref());
+        }
+        for (name, db) in &self.sql {
+            let down = db.ping().await.err();
+            self.metrics
+                .set_capability_health("sql", name, down.as_deref());
+        }
+    }
+}
+
+/// Records calls of one capability and store into the metrics, and its health.
+#[derive(Clone)]
+pub(crate) struct Recorder {
+    metrics: Arc<Metrics>,
+    capability: &'static str,
+    store: Arc<str>,
+}
+
+impl Recorder {
+    pub fn new(metrics: &Arc<Metrics>, capability: &'static str, store: &str) -> Recorder {
+        Recorder {
+            metrics: metrics.clone(),
+            capability,
+            store: store.into(),
+        }
+    }
+
+    /// A recorder that goes nowhere (unit tests).
+    #[cfg(test)]
+    pub fn detached(capability: &'static str, store: &str) -> Recorder {
+        Recorder::new(&Arc::new(Metrics::new()), capability, store)
+    }
+
+    pub fn store(&self) -> &str {
+        &self.store
+    }
+
+    /// One call that began at `started`; `result` is `ok` or an error kind (`denied`,
+    /// `unavailable`, `constraint`, ...).
+    pub fn call(&self, started: Instant, result: &str) {
+        self.metrics
+            .capability_call(self.capability, &self.store, result, started.elapsed());
+    }
+
+    /// The store answered (`None`) or is unavailable (`Some(why)`).
+    pub fn health(&self, down: Option<&str>) {
+        self.metrics
+            .set_capability_health(self.capability, &self.store, down);
+    }
+}

@@ -1,0 +1,354 @@
+//! One pooled connection carrying one message's transaction on one of the three backends:
+//! BEGIN, each statement, COMMIT or ROLLBACK, issued by the host itself (sqlx's `Transaction`
+//! cannot hand its connection back to be closed, which a timed-out statement needs).
+//!
+//! Per backend:
+//! - SQLite: `BEGIN IMMEDIATE` takes the write lock up front, so two messages writing at once
+//!   wait for each other (busy timeout) instead of failing on a stale snapshot.
+//! - PostgreSQL: `BEGIN; SET LOCAL statement_timeout` to the handler's remaining time, so the
+//!   server stops a statement the host gave up on; and every statement runs under a savepoint,
+//!   so a failed statement (a duplicate key the guest expects) is undone alone and the message's
+//!   transaction goes on, as it does on MySQL and SQLite. The savepoint rides in the same round
+//!   trip as BEGIN, or as the previous statement's release.
+//! - MySQL/MariaDB: `BEGIN`; note that DDL commits implicitly there.
+//!
+//! A connection that is not known to be outside a transaction with nothing in flight is closed
+//! when dropped, never returned to the pool: the server then rolls back what it held.
+
+use std::time::Duration;
+
+use futures_util::TryStreamExt as _;
+use sqlx::pool::PoolConnection;
+use sqlx::{
+    AssertSqlSafe, Column as _, Database, Either, Executor, IntoArguments, MySql, Postgres,
+    SqlSafeStr as _, Sqlite, Statement as _,
+};
+
+use super::error::{Failure, classify};
+use super::value::{self, ReadError};
+use crate::wit::worker::plugin::sql::{Rows, Value};
+
+/// The most a query's result may hold in memory (roughly: bytes of text and blobs and 16 per
+/// value) before the host refuses it: a guest cannot make the host buffer a whole table.
+pub(super) const MAX_RESULT_BYTES: usize = 32 << 20;
+
+/// The savepoint each PostgreSQL statement runs under.
+const SAVEPOINT: &str = "worker_host_statement";
+
+/// A database's pool: one per `[sql.NAME]`.
+pub(super) enum Pool {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
+    MySql(sqlx::MySqlPool),
+}
+
+impl Pool {
+    /// A connection of the pool (opened if none is idle).
+    pub async fn acquire(&self) -> Result<Conn, sqlx::Error> {
+        let link = match self {
+            Pool::Sqlite(p) => Link::Sqlite(p.acquire().await?),
+            Pool::Postgres(p) => Link::Postgres(p.acquire().await?),
+            Pool::MySql(p) => Link::MySql(p.acquire().await?),
+        };
+        Ok(Conn {
+            link,
+            clean: true,
+            busy: false,
+            savepoint_fresh: false,
+        })
+    }
+}
+
+/// What a statement is run for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Want {
+    Rows,
+    Affected,
+}
+
+pub(super) enum Output {
+    Rows(Rows),
+    Affected(u64),
+}
+
+enum Link {
+    Sqlite(PoolConnection<Sqlite>),
+    Postgres(PoolConnection<Postgres>),
+    MySql(PoolConnection<MySql>),
+}
+
+/// A connection and where it stands.
+pub(super) struct Conn {
+    link: Link,
+    /// Outside any transaction, nothing pending: it may go back to the pool.
+    clean: bool,
+    /// An operation was started and has not finished (its future was dropped, say): the
+    /// connection's state is unknown.
+    busy: bool,
+    /// PostgreSQL: the savepoint exists and no statement has run under it yet.
+    savepoint_fresh: bool,
+}
+
+impl Conn {
+    /// Whether an operation was cut off mid-way.
+    pub fn busy(&self) -> bool {
+        self.busy
+    }
+
+    /// Begins the message's transaction; `remaining` is the handler's time left.
+    pub async fn begin(&mut self, remaining: Duration) -> Result<(), sqlx::Error> {
+        self.clean = false;
+        let statement = match self.link {
+            Link::Sqlite(_) => "BEGIN IMMEDIATE".to_string(),
+            Link::Postgres(_) => {
+                // 0 would mean no limit; the host's own timeout stays the precise one.
+                let ms = remaining.as_millis().clamp(1, i32::MAX as u128);
+                format!("BEGIN; SET LOCAL statement_timeout = {ms}; SAVEPOINT {SAVEPOINT}")
+            }
+            Link::MySql(_) => "BEGIN".to_string(),
+        };
+        self.control(statement).await?;
+        self.savepoint_fresh = true;
+        Ok(())
+    }
+
+    /// `SELECT 1`, outside any transaction.
+    pub async fn ping(&mut self) -> Result<(), sqlx::Error> {
+        self.busy = true;
+        match &mut self.link {
+            Link::Sqlite(c) => sqlx::query("SELECT 1").execute(&mut **c).await.map(drop),
+            Link::Postgres(c) => sqlx::query("SELECT 1").execute(&mut **c).await.map(drop),
+            Link::MySql(c) => sqlx::query("SELECT 1").execute(&mut **c).await.map(drop),
+        }?;
+        self.busy = false;
+        Ok(())
+    }
+
+    pub async fn commit(&mut self) -> Result<(), sqlx::Error> {
+        self.control("COMMIT".into()).await?;
+        self.clean = true;
+        Ok(())
+    }
+
+    pub async fn rollback(&mut self) -> Result<(), sqlx::Error> {
+        self.control("ROLLBACK".into()).await?;
+        self.clean = true;
+        Ok(())
+    }
+
+    /// A transaction-control statement (text protocol: PostgreSQL takes several at once).
+    async fn control(&mut self, statement: String) -> Result<(), sqlx::Error> {
+        self.busy = true;
+        let sql = sqlx::raw_sql(AssertSqlSafe(statement));
+        match &mut self.link {
+            Link::Sqlite(c) => sql.execute(&mut **c).await.map(drop),
+            Link::Postgres(c) => sql.execute(&mut **c).await.map(drop),
+            Link::MySql(c) => sql.execute(&mut **c).await.map(drop),
+        }?;
+        self.busy = false;
+        Ok(())
+    }
+
+    /// Runs one statement of the message's transaction.
+    pub async fn run(
+        &mut self,
+        statement: &str,
+        params: Vec<Value>,
+        want: Want,
+    ) -> Result<Output, Failure> {
+        self.busy = true;
+        let result = self.dispatch(statement, params, want).await;
+        self.busy = false;
+        result
+    }
+
+    async fn dispatch(
+        &mut self,
+        statement: &str,
+        params: Vec<Value>,
+        want: Want,
+    ) -> Result<Output, Failure> {
+        match &mut self.link {
+            Link::Sqlite(c) => sqlite(c, statement, params, want).await,
+            Link::Postgres(_) => self.postgres(statement, params, want).await,
+            Link::MySql(c) => mysql(c, statement, params, want).await,
+        }
+    }
+
+    /// A PostgreSQL statement under the savepoint, rolled back to it if it fails.
+    async fn postgres(
+        &mut self,
+        statement: &str,
+        params: Vec<Value>,
+        want: Want,
+    ) -> Result<Output, Failure> {
+        let Link::Postgres(c) = &mut self.link else {
+            return Err(Failure::other("not a PostgreSQL connection"));
+        };
+        if !self.savepoint_fresh {
+            let renew = format!("RELEASE SAVEPOINT {SAVEPOINT}; SAVEPOINT {SAVEPOINT}");
+            let renewed = sqlx::raw_sql(AssertSqlSafe(renew)).execute(&mut **c).await;
+            renewed.map_err(|e| classify(&e).lost())?;
+        }
+        self.savepoint_fresh = false;
+        let sql = if params.is_empty() {
+            statement.to_string()
+        } else {
+            format!(
+                "{statement}\n-- worker-host params {}",
+                value::signature(&params)
+            )
+        };
+        let args = value::pg_args(params).map_err(encode_failure)?;
+        let result =
+            run::<Postgres>(c, sql, args, want, value::pg_row, |r| r.rows_affected()).await;
+        if let Err(failure) = &result
+            && !failure.lost
+        {
+            let undo = format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}");
+            let undone = sqlx::raw_sql(AssertSqlSafe(undo)).execute(&mut **c).await;
+            undone.map_err(|e| classify(&e).lost())?;
+            self.savepoint_fresh = true;
+        }
+        result
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if !self.clean || self.busy {
+            match &mut self.link {
+                Link::Sqlite(c) => c.close_on_drop(),
+                Link::Postgres(c) => c.close_on_drop(),
+                Link::MySql(c) => c.close_on_drop(),
+            }
+        }
+    }
+}
+
+fn encode_failure(e: sqlx::error::BoxDynError) -> Failure {
+    Failure::invalid(format!("cannot bind a parameter: {e}"))
+}
+
+/// A SQLite statement. A script whose later statements need its earlier ones cannot be
+/// prepared ahead: it runs unchecked and reports its own errors.
+async fn sqlite(
+    conn: &mut PoolConnection<Sqlite>,
+    statement: &str,
+    params: Vec<Value>,
+    want: Want,
+) -> Result<Output, Failure> {
+    if let Ok(Some(expected)) = parameters::<Sqlite>(conn, statement).await {
+        count_matches(expected, params.len())?;
+    }
+    let args = value::sqlite_args(params).map_err(encode_failure)?;
+    let sql = statement.to_string();
+    run::<Sqlite>(conn, sql, args, want, value::sqlite_row, |r| {
+        r.rows_affected()
+    })
+    .await
+}
+
+/// A MySQL statement (one statement: a prepared one cannot hold more).
+async fn mysql(
+    conn: &mut PoolConnection<MySql>,
+    statement: &str,
+    params: Vec<Value>,
+    want: Want,
+) -> Result<Output, Failure> {
+    let expected = parameters::<MySql>(conn, statement).await;
+    if let Some(expected) = expected.map_err(|e| classify(&e))? {
+        count_matches(expected, params.len())?;
+    }
+    let args = value::mysql_args(params).map_err(encode_failure)?;
+    let sql = statement.to_string();
+    run::<MySql>(conn, sql, args, want, value::mysql_row, |r| {
+        r.rows_affected()
+    })
+    .await
+}
+
+/// How many parameters `sql` takes, from its prepared statement (sqlx caches it per
+/// connection, so the statement is still parsed once). The host checks the count itself
+/// because sqlx does not help: SQLite binds missing parameters as NULL, and a mismatch on
+/// MySQL leaves the connection waiting for an answer that never comes.
+async fn parameters<DB>(conn: &mut DB::Connection, sql: &str) -> Result<Option<usize>, sqlx::Error>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    let sql = AssertSqlSafe(sql.to_string()).into_sql_str();
+    let prepared = conn.prepare(sql).await?;
+    Ok(match prepared.parameters() {
+        Some(Either::Right(n)) => Some(n),
+        Some(Either::Left(types)) => Some(types.len()),
+        None => None,
+    })
+}
+
+fn count_matches(expected: usize, given: usize) -> Result<(), Failure> {
+    if expected == given {
+        return Ok(());
+    }
+    Err(Failure::invalid(format!(
+        "the statement takes {expected} parameters, {given} given"
+    )))
+}
+
+/// Runs `sql` on any backend: the rows (bounded by [`MAX_RESULT_BYTES`]) or the count.
+async fn run<DB>(
+    conn: &mut DB::Connection,
+    sql: String,
+    args: DB::Arguments,
+    want: Want,
+    read: fn(&DB::Row) -> Result<Vec<Value>, ReadError>,
+    affected: fn(DB::QueryResult) -> u64,
+) -> Result<Output, Failure>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    let query = sqlx::query_with::<DB, _>(AssertSqlSafe(sql.clone()), args);
+    if want == Want::Affected {
+        let done = query.execute(&mut *conn).await.map_err(|e| classify(&e))?;
+        return Ok(Output::Affected(affected(done)));
+    }
+    let mut columns = None;
+    let mut rows = Vec::new();
+    let mut size = 0usize;
+    {
+        let mut stream = query.fetch(&mut *conn);
+        while let Some(row) = stream.try_next().await.map_err(|e| classify(&e))? {
+            if columns.is_none() {
+                columns = Some(value::columns(&row));
+            }
+            let values = read(&row).map_err(|e| match e {
+                ReadError::Unmapped(why) => Failure::invalid(why),
+                ReadError::Bad(why) => Failure::other(format!("cannot read a value: {why}")),
+            })?;
+            size += values.iter().map(value::size_of).sum::<usize>();
+            if size > MAX_RESULT_BYTES {
+                return Err(Failure::other(format!(
+                    "the result passed {} MiB after {} rows; select fewer rows or columns",
+                    MAX_RESULT_BYTES >> 20,
+                    rows.len()
+                )));
+            }
+            rows.push(values);
+        }
+    }
+    let columns = match columns {
+        Some(c) => c,
+        // No row to read names from: the prepared statement has them (cached, no round trip).
+        None => match conn.prepare(AssertSqlSafe(sql).into_sql_str()).await {
+            Ok(prepared) => prepared
+                .columns()
+                .iter()
+                .map(|c| c.name().to_string())
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+    };
+    Ok(Output::Rows(Rows { columns, rows }))
+}

@@ -1,0 +1,452 @@
+//! SQL: `[sql.NAME]` databases (SQLite, PostgreSQL, MySQL/MariaDB through sqlx), one pool
+//! each, and the guest's `sql` imports, all statements of one message in one transaction.
+//!
+//! The rules a guest sees:
+//! - The first statement of a message begins its transaction; the host commits it when the
+//!   handler answers ok (a failed commit turns the answer into a retry) and rolls it back
+//!   otherwise. Transaction control is the host's: BEGIN, COMMIT, ROLLBACK, SAVEPOINT and the
+//!   like are refused as `invalid`.
+//! - A statement that fails is undone by itself and the transaction goes on (PostgreSQL through
+//!   a savepoint per statement), unless the failure loses the transaction (connection lost,
+//!   deadline passed, a MySQL deadlock): then later statements fail the same way and the message
+//!   cannot commit.
+//! - Every statement ends by the handler's deadline; so does the commit, given at least
+//!   [`COMMIT_MIN`] so that work already done is not thrown away for want of a millisecond.
+//! - Values map as `value.rs` says; errors as `error.rs` says. No message names the URL.
+
+mod backend;
+mod error;
+mod text;
+mod value;
+
+#[cfg(test)]
+mod tests;
+
+use std::str::FromStr as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use sqlx::mysql::MySqlConnectOptions;
+use sqlx::pool::PoolOptions;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+use tokio::time::{timeout, timeout_at};
+use wasmtime::component::{HasSelf, Linker};
+
+use self::backend::{Conn, Output, Pool, Want};
+use self::error::{Failure, classify};
+use super::{Capability, Host, Recorder, Scope};
+use crate::config::{Secret, SqlDatabaseConfig, SqlKind};
+use crate::wit::worker::plugin::sql;
+
+/// How long a message waits for a pooled connection (or for a new one to open, the server
+/// refusing meanwhile) before its statement answers `unavailable`.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `/readyz` waits for `SELECT 1`.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// The least time a commit is given, even past the handler's deadline.
+const COMMIT_MIN: Duration = Duration::from_secs(1);
+/// How long a rollback may take before the connection is closed instead (the server then
+/// rolls back by itself).
+const ROLLBACK_GRACE: Duration = Duration::from_secs(1);
+/// How long SQLite waits for another connection's write lock.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long opening a SQLite file at start-up may take.
+const SQLITE_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One database and its pool, shared by every subscription granted it.
+pub(crate) struct Database {
+    pool: Pool,
+    recorder: Recorder,
+    /// Only for `/readyz` messages, redacted.
+    url: Secret,
+    max_connections: u32,
+    /// What `/readyz` was last told, so health changes are reported once.
+    down: AtomicBool,
+}
+
+impl Database {
+    /// Builds the pool. PostgreSQL and MySQL connect lazily, so a server that is down at start
+    /// only makes calls answer `unavailable`; a SQLite file is opened (and created, with its
+    /// directory) now, so a path that cannot be is a start-up error.
+    pub async fn open(config: &SqlDatabaseConfig, recorder: Recorder) -> anyhow::Result<Database> {
+        let url = config.url.expose();
+        let redacted = config.url.redacted_url();
+        let max = config.max_connections;
+        let pool = match config.kind {
+            SqlKind::Sqlite => Pool::Sqlite(open_sqlite(config, pool_options(max)).await?),
+            SqlKind::Postgres => {
+                let connect = PgConnectOptions::from_str(url)
+                    .with_context(|| format!("invalid PostgreSQL URL {redacted}"))?
+                    // Shows in pg_stat_activity which [sql.NAME] a connection serves.
+                    .application_name(&format!("worker-host sql.{}", config.name));
+                Pool::Postgres(pool_options(max).connect_lazy_with(connect))
+            }
+            SqlKind::MySql => {
+                let connect = MySqlConnectOptions::from_str(url)
+                    .with_context(|| format!("invalid MySQL URL {redacted}"))?;
+                Pool::MySql(pool_options(max).connect_lazy_with(connect))
+            }
+        };
+        Ok(Database {
+            pool,
+            recorder,
+            url: config.url.clone(),
+            max_connections: config.max_connections,
+            down: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the database answers `SELECT 1` within [`PING_TIMEOUT`], for `/readyz`.
+    pub async fn ping(&self) -> Result<(), String> {
+        let deadline = Instant::now() + PING_TIMEOUT;
+        let result = self.connected(deadline, First::Ping).await.map(drop);
+        self.down.store(result.is_err(), Ordering::Relaxed);
+        result.map_err(|f| format!("{}: {}", self.url.redacted_url(), error::message(&f.error)))
+    }
+
+    /// A connection that has begun a transaction or answered `SELECT 1`. A pooled connection the server closed since (restart, idle limit) fails
+    /// before anything happened on it: the next one is tried, up to a pool's worth.
+    async fn connected(&self, deadline: Instant, first: First) -> Result<Conn, Failure> {
+        let attempt = async {
+            let mut stale = 0;
+            loop {
+                let mut conn = self.pool.acquire().await.map_err(|e| classify(&e))?;
+                let started = match first {
+                    First::Begin => {
+                        let remaining = deadline.saturating_duration_since(Instant::now());
+                        conn.begin(remaining).await
+                    }
+                    First::Ping => conn.ping().await,
+                };
+                match started {
+                    Ok(()) => return Ok(conn),
+                    Err(e) => {
+                        let failure = classify(&e);
+                        if !failure.lost || stale >= self.max_connections {
+                            return Err(failure.lost());
+                        }
+                        stale += 1;
+                    }
+                }
+            }
+        };
+        match timeout_at(deadline.into(), attempt).await {
+            Ok(result) => result,
+            // Said to be down: a server that refuses connections keeps the pool retrying until
+            // here, while a busy pool is worth reporting as well.
+            Err(_) => Err(Failure::unavailable(
+                "no connection within the handler's time: the database did not answer or the \
+                 pool was busy",
+            )),
+        }
+    }
+
+    /// Counts a call and tells `/readyz` when the database went away or came back.
+    fn observe(&self, started: Instant, failure: Option<&Failure>) {
+        self.recorder
+            .call(started, failure.map_or("ok", Failure::kind));
+        self.health(failure);
+    }
+
+    fn health(&self, failure: Option<&Failure>) {
+        match failure {
+            Some(f) if f.down => {
+                if !self.down.swap(true, Ordering::Relaxed) {
+                    let why = error::message(&f.error);
+                    tracing::warn!(database = self.recorder.store(), "[sql] unavailable: {why}");
+                    self.recorder.health(Some(why));
+                }
+            }
+            Some(f) if matches!(f.error, sql::SqlError::Unavailable(_)) => {}
+            // Answered, even if with an error of the statement.
+            _ => {
+                if self.down.swap(false, Ordering::Relaxed) {
+                    tracing::info!(database = self.recorder.store(), "[sql] available again");
+                    self.recorder.health(None);
+                }
+            }
+        }
+    }
+}
+
+/// What a fresh connection does first.
+#[derive(Clone, Copy)]
+enum First {
+    Begin,
+    Ping,
+}
+
+/// What every pool shares. Connections are not pinged before each use (a round trip per
+/// message): a stale one fails at BEGIN and is replaced (`Database::connected`).
+fn pool_options<DB: sqlx::Database>(max_connections: u32) -> PoolOptions<DB> {
+    PoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .test_before_acquire(false)
+}
+
+async fn open_sqlite(
+    config: &SqlDatabaseConfig,
+    options: PoolOptions<sqlx::Sqlite>,
+) -> anyhow::Result<sqlx::SqlitePool> {
+    let url = config.url.expose();
+    let connect = SqliteConnectOptions::from_str(url)
+        .with_context(|| format!("invalid SQLite URL {}", config.url.redacted_url()))?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+        .foreign_keys(true);
+    let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+    let options = if in_memory {
+        // The database lives as long as a connection does: keep one.
+        options
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+    } else {
+        if let Some(dir) = connect.get_filename().parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+        }
+        options
+    };
+    let pool = options.connect_lazy_with(connect);
+    let first = timeout(SQLITE_OPEN_TIMEOUT, pool.acquire())
+        .await
+        .map_err(|_| anyhow::anyhow!("opening {} timed out", config.url.redacted_url()))?;
+    first.with_context(|| format!("cannot open {}", config.url.redacted_url()))?;
+    Ok(pool)
+}
+
+/// The `sql` state of one message: its transaction, begun at the first statement.
+#[derive(Default)]
+pub(crate) struct Instance {
+    database: Option<Arc<Database>>,
+    deadline: Option<Instant>,
+    tx: Tx,
+}
+
+#[derive(Default)]
+enum Tx {
+    #[default]
+    Idle,
+    Open(Conn),
+    /// The transaction is gone (its connection closed): every later statement answers this.
+    Lost(sql::SqlError),
+}
+
+impl Capability for Instance {
+    type Grant = Database;
+
+    fn link<T: Host>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+        sql::add_to_linker::<T, HasSelf<Instance>>(linker, |t| &mut t.capabilities().sql)
+    }
+
+    fn begin(&mut self, grant: Option<Arc<Database>>, scope: &Scope) {
+        self.database = grant;
+        self.deadline = Some(scope.deadline);
+        // Normally idle already; a transaction left over is closed, so rolled back.
+        self.tx = Tx::Idle;
+    }
+
+    async fn finish(&mut self, ok: bool) -> Result<(), String> {
+        let tx = std::mem::take(&mut self.tx);
+        let database = self.database.take();
+        let deadline = self.deadline.take().unwrap_or_else(Instant::now);
+        match (tx, database) {
+            (Tx::Open(conn), Some(db)) if ok => commit(&db, conn, deadline).await,
+            (Tx::Open(conn), _) => {
+                rollback(conn).await;
+                Ok(())
+            }
+            (Tx::Lost(error), Some(db)) if ok => Err(format!(
+                "[sql.{}] {}",
+                db.recorder.store(),
+                error::message(&error)
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Instance {
+    /// The error that lost the message's transaction, if one did.
+    fn lost(&self) -> Option<&sql::SqlError> {
+        match &self.tx {
+            Tx::Lost(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// One guest call: denied without a grant, counted in the metrics otherwise.
+    async fn call(
+        &mut self,
+        statement: String,
+        params: Vec<sql::Value>,
+        want: Want,
+    ) -> Result<Output, sql::SqlError> {
+        let Some(db) = self.database.clone() else {
+            return Err(sql::SqlError::Denied);
+        };
+        let started = Instant::now();
+        let result = self.run(&db, &statement, params, want).await;
+        db.observe(started, result.as_ref().err());
+        result.map_err(|f| f.error)
+    }
+
+    async fn run(
+        &mut self,
+        db: &Database,
+        statement: &str,
+        params: Vec<sql::Value>,
+        want: Want,
+    ) -> Result<Output, Failure> {
+        if let Some(word) = transaction_control(statement) {
+            return Err(Failure::invalid(format!(
+                "{word}: the host runs each message in one transaction, committed when the \
+                 handler answers ok and rolled back otherwise"
+            )));
+        }
+        if let Some(error) = self.lost() {
+            return Err(Failure {
+                error: error.clone(),
+                lost: true,
+                down: false,
+            });
+        }
+        let deadline = self.deadline.unwrap_or_else(Instant::now);
+        if matches!(self.tx, Tx::Idle) {
+            self.tx = Tx::Open(db.connected(deadline, First::Begin).await?);
+        }
+        let Tx::Open(conn) = &mut self.tx else {
+            return Err(Failure::other("the transaction is not open"));
+        };
+        let result = match timeout_at(deadline.into(), conn.run(statement, params, want)).await {
+            Ok(result) => result,
+            Err(_) => Err(Failure::timed_out(
+                "the statement ran past the handler's deadline and was cut off",
+            )),
+        };
+        if let Err(failure) = &result
+            && failure.lost
+        {
+            // Dropping the connection closes it: the server rolls back.
+            self.tx = Tx::Lost(with_message(
+                &failure.error,
+                format!(
+                    "the message's transaction was rolled back after an earlier error: {}",
+                    error::message(&failure.error)
+                ),
+            ));
+        }
+        result
+    }
+}
+
+/// Commits, bounded by the deadline (at least [`COMMIT_MIN`] from now).
+async fn commit(db: &Database, mut conn: Conn, deadline: Instant) -> Result<(), String> {
+    let name = db.recorder.store().to_string();
+    if conn.busy() {
+        return Err(format!("[sql.{name}] a statement was cut off; rolled back"));
+    }
+    let deadline = deadline.max(Instant::now() + COMMIT_MIN);
+    match timeout_at(deadline.into(), conn.commit()).await {
+        Ok(Ok(())) => {
+            db.health(None);
+            Ok(())
+        }
+        Ok(Err(e)) => {
+            let failure = classify(&e);
+            db.health(Some(&failure));
+            Err(format!(
+                "[sql.{name}] commit failed: {}",
+                error::message(&failure.error)
+            ))
+        }
+        Err(_) => Err(format!("[sql.{name}] commit timed out")),
+    }
+}
+
+/// Rolls back; a connection cut off mid-statement, or a rollback that fails or takes too
+/// long, is closed instead, which rolls back on the server.
+async fn rollback(mut conn: Conn) {
+    if !conn.busy() {
+        let _ = timeout(ROLLBACK_GRACE, conn.rollback()).await;
+    }
+}
+
+/// The same kind of error with another text.
+fn with_message(error: &sql::SqlError, text: String) -> sql::SqlError {
+    use sql::SqlError as E;
+    match error {
+        E::Denied => E::Denied,
+        E::Unavailable(_) => E::Unavailable(text),
+        E::Constraint(_) => E::Constraint(text),
+        E::Invalid(_) => E::Invalid(text),
+        E::Other(_) => E::Other(text),
+    }
+}
+
+/// The statement's first keyword if it controls transactions (which the host owns), past
+/// blanks and comments.
+fn transaction_control(statement: &str) -> Option<String> {
+    let mut rest = statement.trim_start();
+    loop {
+        if let Some(after) = rest.strip_prefix("--") {
+            rest = after.split_once('\n').map_or("", |(_, r)| r).trim_start();
+        } else if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
+        } else {
+            break;
+        }
+    }
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect::<String>()
+        .to_ascii_uppercase();
+    const CONTROL: &[&str] = &[
+        "BEGIN",
+        "START",
+        "COMMIT",
+        "END",
+        "ROLLBACK",
+        "ABORT",
+        "SAVEPOINT",
+        "RELEASE",
+        "XA",
+    ];
+    CONTROL.contains(&word.as_str()).then_some(word)
+}
+
+impl sql::Host for Instance {
+    async fn query(
+        &mut self,
+        statement: String,
+        params: Vec<sql::Value>,
+    ) -> Result<sql::Rows, sql::SqlError> {
+        match self.call(statement, params, Want::Rows).await? {
+            Output::Rows(rows) => Ok(rows),
+            Output::Affected(_) => Ok(sql::Rows {
+                columns: Vec::new(),
+                rows: Vec::new(),
+            }),
+        }
+    }
+
+    async fn execute(
+        &mut self,
+        statement: String,
+        params: Vec<sql::Value>,
+    ) -> Result<u64, sql::SqlError> {
+        match self.call(statement, params, Want::Affected).await? {
+            Output::Affected(n) => Ok(n),
+            Output::Rows(rows) => Ok(rows.rows.len() as u64),
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! SQLite: a file in a temporary directory (its parent directories created by the host).
+
+use std::time::Duration;
+
+use super::{Ctx, assert_values, e, open, scenarios, text};
+use crate::capability::Capability as _;
+use crate::config::SqlKind;
+use crate::wit::worker::plugin::sql::{Host as _, Value};
+
+async fn sqlite() -> Ctx {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/nested/state/test.db", dir.path().display());
+    open(SqlKind::Sqlite, &url, Some(dir)).await
+}
+
+#[tokio::test]
+async fn opening_creates_the_file_and_its_directory() {
+    let ctx = sqlite().await;
+    let dir = ctx._dir.as_ref().expect("dir").path();
+    assert!(dir.join("nested/state/test.db").is_file());
+    assert_eq!(ctx.db.ping().await, Ok(()));
+}
+
+#[tokio::test]
+async fn a_path_that_cannot_be_created_fails_at_open() {
+    let url = "sqlite:///dev/null/cannot/test.db";
+    let config = super::config(SqlKind::Sqlite, url, "bad");
+    let recorder = crate::capability::Recorder::detached("sql", "bad");
+    assert!(super::Database::open(&config, recorder).await.is_err());
+}
+
+#[tokio::test]
+async fn values_round_trip() {
+    let ctx = sqlite().await;
+    scenarios::round_trip(&ctx, ["BOOLEAN", "INTEGER", "REAL", "TEXT", "BLOB"]).await;
+}
+
+#[tokio::test]
+async fn values_come_back_by_storage_class() {
+    let ctx = sqlite().await;
+    let mut m = ctx.message(Duration::from_secs(5));
+    let sql = "SELECT 7, 0.5, 'x', x'00ff', NULL, date('2024-05-01'), ?1 || '!'";
+    let rows = m.query(sql.into(), vec![text("hi")]).await.expect("select");
+    assert_values(
+        &rows.rows[0],
+        &[
+            Value::Int(7),
+            Value::Float(0.5),
+            text("x"),
+            Value::Bytes(vec![0, 255]),
+            Value::Null,
+            text("2024-05-01"),
+            text("hi!"),
+        ],
+    );
+    assert_eq!(m.finish(true).await, Ok(()));
+}
+
+#[tokio::test]
+async fn commit_is_visible_and_rollback_leaves_nothing() {
+    scenarios::commit_is_visible_and_rollback_leaves_nothing(&sqlite().await).await;
+}
+
+#[tokio::test]
+async fn constraint_violation_is_reported_and_the_rest_commits() {
+    scenarios::constraint_violation_is_reported_and_the_rest_commits(&sqlite().await).await;
+}
+
+#[tokio::test]
+async fn invalid_statements() {
+    scenarios::invalid_statements(&sqlite().await).await;
+}
+
+/// Two messages writing at once: the second waits for the first's commit (BEGIN IMMEDIATE and
+/// the busy timeout) instead of failing, and both commit.
+#[tokio::test]
+async fn concurrent_writers_wait_for_each_other() {
+    let ctx = sqlite().await;
+    let t = super::unique("sql_writers");
+    ctx.exec(&format!("CREATE TABLE {t} (id INTEGER PRIMARY KEY)"))
+        .await;
+    let insert = format!("INSERT INTO {t} (id) VALUES (?)");
+    let mut first = ctx.message(Duration::from_secs(10));
+    assert_eq!(
+        e(first.execute(insert.clone(), vec![Value::Int(1)]).await),
+        Ok(1)
+    );
+    let mut second = ctx.message(Duration::from_secs(10));
+    let waiting = tokio::spawn(async move {
+        let done = second.execute(insert, vec![Value::Int(2)]).await;
+        (done, second.finish(true).await)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the second writer waits for the lock"
+    );
+    assert_eq!(first.finish(true).await, Ok(()));
+    let (done, committed) = waiting.await.expect("join");
+    assert_eq!(e(done), Ok(1));
+    assert_eq!(committed, Ok(()));
+    assert_eq!(ctx.count(&t).await, 2);
+}
+
+/// `/readyz` hears once that the database went away and once that it came back.
+#[tokio::test]
+async fn health_changes_are_reported() {
+    let ctx = sqlite().await;
+    assert_eq!(ctx.up(), None, "nothing reported before any change");
+    let down = super::super::error::Failure::unavailable("gone");
+    ctx.db.health(Some(&down));
+    assert_eq!(ctx.up(), Some(0));
+    let mut m = ctx.message(Duration::from_secs(5));
+    assert!(m.query("SELECT 1".into(), vec![]).await.is_ok());
+    assert_eq!(ctx.up(), Some(1), "a call that succeeds reports it back");
+    assert_eq!(m.finish(true).await, Ok(()));
+}
+
+/// A script of several statements runs whole, even when a later one needs an earlier one.
+#[tokio::test]
+async fn a_script_runs_whole() {
+    let ctx = sqlite().await;
+    let t = super::unique("sql_script");
+    let script = format!(
+        "CREATE TABLE {t} (a INTEGER); INSERT INTO {t} VALUES (1); INSERT INTO {t} VALUES (2)"
+    );
+    let mut m = ctx.message(Duration::from_secs(5));
+    assert!(e(m.execute(script.clone(), vec![]).await).is_ok());
+    assert_eq!(m.finish(true).await, Ok(()));
+    assert_eq!(ctx.count(&t).await, 2);
+}
+
+/// `sqlite::memory:` is one database shared by the pool's connections, kept while the host
+/// runs.
+#[tokio::test]
+async fn an_in_memory_database_is_shared_by_the_pool() {
+    let ctx = open(SqlKind::Sqlite, "sqlite::memory:", None).await;
+    let t = super::unique("sql_memory");
+    let mut m = ctx.message(Duration::from_secs(5));
+    let create = format!("CREATE TABLE {t} (a INTEGER)");
+    assert!(e(m.execute(create, vec![]).await).is_ok());
+    let insert = format!("INSERT INTO {t} VALUES (1)");
+    assert_eq!(e(m.execute(insert, vec![]).await), Ok(1));
+    assert_eq!(m.finish(true).await, Ok(()));
+    assert_eq!(ctx.count(&t).await, 1);
+}
+
+/// A plugin cannot load native code into the host through SQLite.
+#[tokio::test]
+async fn extensions_cannot_be_loaded() {
+    let ctx = sqlite().await;
+    let mut m = ctx.message(Duration::from_secs(5));
+    let load = "SELECT load_extension('/tmp/nothing.so')".to_string();
+    let why = super::assert_kind(m.query(load, vec![]).await, "invalid");
+    assert!(why.contains("not authorized"), "{why}");
+    assert_eq!(m.finish(false).await, Ok(()));
+}

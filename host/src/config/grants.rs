@@ -1,0 +1,185 @@
+//! What a subscription may reach beyond the broker (SPEC section 9): outbound HTTP origins, a
+//! key-value store, an SQL database; and the `[kv.NAME]` and `[sql.NAME]` sections that define
+//! the stores and databases. Secrets are held as `Secret`, which never prints.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// The capabilities one subscription is granted. The default grants nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Grants {
+    pub http: HttpGrant,
+    /// A `[kv.NAME]` store.
+    pub kv: Option<String>,
+    /// A `[sql.NAME]` database.
+    pub sql: Option<String>,
+}
+
+/// Outbound HTTP: the origins a request may go to and what the host adds to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpGrant {
+    /// `allowed_hosts`; empty refuses every request.
+    pub allowed: Vec<Origin>,
+    /// `[subscription.http_headers."origin"]`: added by the host, never shown to the guest.
+    pub headers: Vec<OriginHeaders>,
+    /// `http_max_response`: the most body bytes a response may have.
+    pub max_response: u64,
+}
+
+/// `http_max_response` when unset.
+pub const DEFAULT_HTTP_MAX_RESPONSE: u64 = 8 << 20;
+
+impl Default for HttpGrant {
+    fn default() -> Self {
+        HttpGrant {
+            allowed: Vec::new(),
+            headers: Vec::new(),
+            max_response: DEFAULT_HTTP_MAX_RESPONSE,
+        }
+    }
+}
+
+/// `scheme://host[:port]` of `allowed_hosts`: the host lowercased, the port the scheme's default
+/// when not written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// A DNS name or an IP literal (IPv6 without brackets).
+    pub host: String,
+    /// `None`: `*`, any port.
+    pub port: Option<u16>,
+}
+
+impl Origin {
+    /// Whether a request to `scheme://host:port` goes to this origin.
+    pub fn matches(&self, scheme: &str, host: &str, port: u16) -> bool {
+        self.scheme.eq_ignore_ascii_case(scheme)
+            && self
+                .host
+                .eq_ignore_ascii_case(host.trim_start_matches('[').trim_end_matches(']'))
+            && self.port.is_none_or(|p| p == port)
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        match self.port {
+            Some(p) => write!(f, "{}://{host}:{p}", self.scheme),
+            None => write!(f, "{}://{host}:*", self.scheme),
+        }
+    }
+}
+
+/// Headers the host adds to every request to one origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginHeaders {
+    pub origin: Origin,
+    pub headers: Vec<(String, Secret)>,
+}
+
+/// A `[kv.NAME]` store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvStoreConfig {
+    pub name: String,
+    pub backend: KvBackend,
+    /// The largest value one `set` may store.
+    pub max_value_size: u64,
+}
+
+/// `max_value_size` of a store when unset.
+pub const DEFAULT_KV_MAX_VALUE: u64 = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KvBackend {
+    /// A file under `[state] dir` (`kv/NAME.redb`).
+    Embedded { path: PathBuf },
+    /// A Redis server; keys are prefixed with the store's name.
+    Redis { url: Secret },
+}
+
+/// A `[sql.NAME]` database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlDatabaseConfig {
+    pub name: String,
+    pub kind: SqlKind,
+    /// With `${VAR}` expanded; a SQLite path resolved against `[state] dir`.
+    pub url: Secret,
+    pub max_connections: u32,
+}
+
+/// `max_connections` of a database when unset.
+pub const DEFAULT_SQL_MAX_CONNECTIONS: u32 = 8;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlKind {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+impl SqlKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SqlKind::Sqlite => "sqlite",
+            SqlKind::Postgres => "postgres",
+            SqlKind::MySql => "mysql",
+        }
+    }
+}
+
+/// A value that may hold a secret (expanded from `${VAR}`): Debug and Display never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value itself, for the one place that uses it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// A URL with its password replaced by `***`, for logs and `check` output.
+    pub fn redacted_url(&self) -> String {
+        let url = &self.0;
+        let Some(scheme_end) = url.find("://") else {
+            return url.clone();
+        };
+        let rest = &url[scheme_end + 3..];
+        // The last `@` anywhere: a password holding a raw `/` is hidden too (over-hiding a path
+        // with an `@` in it is the safe mistake).
+        match rest.rfind('@') {
+            Some(at) => {
+                let userinfo = &rest[..at];
+                let user = userinfo.split(':').next().unwrap_or("");
+                let hidden = if userinfo.contains(':') {
+                    format!("{user}:***")
+                } else {
+                    "***".to_string()
+                };
+                format!("{}{hidden}{}", &url[..scheme_end + 3], &rest[at..])
+            }
+            None => url.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
