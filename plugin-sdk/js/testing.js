@@ -1,5 +1,6 @@
 // Native tests of plugins under plain Node: a made-up delivery, a fake host that records what the
-// handler logged and asked to publish, an in-memory kv store and a scripted SQL database.
+// handler logged and asked to publish, an in-memory kv store, a scripted SQL database and a fake
+// `fetch` (fake-fetch.js).
 //
 //     import { TestMessage } from "worker/testing";
 //     const run = await new TestMessage({ n: 1 }).routingKey("orders.new").run(handle);
@@ -11,6 +12,9 @@ import { bindHost } from "./bindings.js";
 import { fromWit } from "./outcome.js";
 import { KvError } from "./kv.js";
 import { SqlError, toValue, fromValue } from "./sql.js";
+import { FakeFetch, NETWORK_ERROR } from "./fake-fetch.js";
+
+export { FakeFetch, FetchedRequest, NETWORK_ERROR } from "./fake-fetch.js";
 
 const utf8 = new TextEncoder();
 const fromUtf8 = new TextDecoder();
@@ -23,7 +27,8 @@ const PUBLISH_ERRORS = ["not-allowed", "delay-refused", "too-many", "too-large",
  *
  * Defaults: routing key `test.message` (also the original key unless set), exchange `master`,
  * queue `test@queue`, attempt 1, not redelivered, config `{}`, every exchange allowed, no kv or
- * SQL grant (their calls fail with `denied`, as in the host).
+ * SQL grant (their calls fail with `denied`, as in the host), no HTTP destination allowed (`fetch`
+ * rejects with a TypeError, as in the component when the host refuses a request).
  */
 export class TestMessage {
   constructor(body = "") {
@@ -52,6 +57,7 @@ export class TestMessage {
     this.refusal = null;
     this.kvStore = null;
     this.sqlDb = null;
+    this.web = null;
   }
 
   routingKey(key) {
@@ -128,11 +134,18 @@ export class TestMessage {
     this.sqlDb = db;
     return this;
   }
+  /** Answers the handler's `fetch` calls with this FakeFetch (kept by the caller). */
+  fetch(web) {
+    if (!(web instanceof FakeFetch)) throw new TypeError("fetch(web) takes a FakeFetch");
+    this.web = web;
+    return this;
+  }
 
   /**
    * Calls `handle` (the plugin's export) with this delivery under a fake host and returns a
    * TestRun, or a Promise of one when the handler is async: `await` suits both. An exception the
-   * handler throws (a crash in the host) is thrown from here.
+   * handler throws (a crash in the host) is thrown from here, and so is a `fetch` of a URL the
+   * FakeFetch has no answer for.
    */
   run(handle) {
     const run = new TestRun();
@@ -146,27 +159,42 @@ export class TestMessage {
       kv: this.kvStore ? this.kvStore.bindings() : deniedKv,
       sql: this.sqlDb ? this.sqlDb.bindings() : deniedSql,
     });
+    const previousFetch = globalThis.fetch;
+    globalThis.fetch = this.web ? this.web.fetch : deniedFetch;
+    const unscripted = this.web ? this.web.unscripted.length : 0;
+    const restore = () => {
+      bindHost(previous);
+      globalThis.fetch = previousFetch;
+    };
+    const done = (wit) => {
+      const missing = this.web ? this.web.unscripted.slice(unscripted) : [];
+      if (missing.length > 0) {
+        const list = missing.map((r) => `${r.method} ${r.url}`).join(", ");
+        throw new Error(`FakeFetch: no answer scripted for ${list}`);
+      }
+      return run.finish(wit);
+    };
     let answer;
     try {
       answer = handle(delivery);
     } catch (e) {
-      bindHost(previous);
+      restore();
       throw e;
     }
     if (answer !== null && typeof answer?.then === "function") {
       return answer.then(
         (wit) => {
-          bindHost(previous);
-          return run.finish(wit);
+          restore();
+          return done(wit);
         },
         (e) => {
-          bindHost(previous);
+          restore();
           throw e;
         },
       );
     }
-    bindHost(previous);
-    return run.finish(answer);
+    restore();
+    return done(answer);
   }
 }
 
@@ -242,6 +270,9 @@ function denying(names) {
 }
 const deniedKv = denying(["get", "set", "delete", "increment", "compareAndSwap"]);
 const deniedSql = denying(["query", "execute"]);
+const deniedFetch = async () => {
+  throw new TypeError(NETWORK_ERROR);
+};
 
 // A thrown KvError/SqlError from a test's script, as the WIT error value.
 function asPayload(e, ErrorClass) {

@@ -165,7 +165,8 @@ impl Response {
 /// Why a request got no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HttpError {
-    /// The subscription may not reach this destination (no HTTP grant for it).
+    /// The subscription may not reach this destination (no HTTP grant for it, or a name that
+    /// resolves to a loopback, private or link-local address that is not itself allowed).
     Denied,
     /// The request cannot be sent as it is (URL, method, header), with why.
     Invalid(String),
@@ -200,6 +201,22 @@ impl From<HttpError> for Error {
             HttpError::Denied | HttpError::Timeout | HttpError::Unavailable(_) => Error::retry(e),
             HttpError::Invalid(_) | HttpError::TooLarge => Error::fail(e),
         }
+    }
+}
+
+/// The error a body stream's text names. wasmtime-wasi-http 48 keeps its own error type in the
+/// stream's io error, which `http-error-code` does not recognise (it looks for the WIT
+/// error-code), so a body cut at `http_max_response` or a read timeout comes with only its text,
+/// as wasmtime writes it.
+#[cfg_attr(not(worker_backend = "component"), allow(dead_code))] // used by sys::component_http
+pub(crate) fn error_from_text(text: &str) -> Option<HttpError> {
+    let says = |words: &str| text.contains(words);
+    if says("body size exceeds limit") {
+        Some(HttpError::TooLarge)
+    } else if says("connection read timeout") || says("connection write timeout") {
+        Some(HttpError::Timeout)
+    } else {
+        None
     }
 }
 
@@ -243,6 +260,21 @@ pub(crate) fn split_url(url: &str) -> Result<Target<'_>, HttpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn body_errors_known_by_wasmtime_s_text() {
+        let of = error_from_text;
+        assert_eq!(
+            of("HTTP response body size exceeds limit: 5120 bytes"),
+            Some(HttpError::TooLarge)
+        );
+        assert_eq!(of("connection read timeout"), Some(HttpError::Timeout));
+        assert_eq!(of("hyper error: connection closed"), None);
+        assert_eq!(
+            of("reading: HTTP request body size exceeds limit"),
+            Some(HttpError::TooLarge)
+        );
+    }
 
     #[test]
     fn urls_split_into_scheme_authority_and_path() {

@@ -6,7 +6,20 @@ import unittest
 
 import app
 import worker
-from worker.testing import FakeHost, message
+from worker.http import HttpError, Response
+from worker.testing import FakeHost, FakeHttp, FakeSql, message
+
+ECHO = {"echo": {"exchange": "out", "routing_key": "echoed"}}
+
+
+def audit_db(rows_after=1):
+    """A database that takes the audit statements and counts rows_after rows."""
+    return (
+        FakeSql()
+        .on(app.AUDIT_TABLE, 0)
+        .on(app.AUDIT_ROW, 1)
+        .on(app.AUDIT_COUNT, (["COUNT(*)"], [[rows_after]]))
+    )
 
 
 class DemoTest(unittest.TestCase):
@@ -25,7 +38,7 @@ class DemoTest(unittest.TestCase):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             run = FakeHost().run(app.handle, {"log": "hello", "print": "printed"})
-        self.assertEqual(run.logs, [("info", "hello")])
+        self.assertEqual([line for line in run.logs if line[0] != "debug"], [("info", "hello")])
         self.assertEqual(out.getvalue(), "printed\n")
 
     def test_outcomes(self):
@@ -69,6 +82,8 @@ class DemoTest(unittest.TestCase):
                 "message_id": "m-1",
                 "headers": {"x-trace": "abc"},
                 "body_len": len(message(body).body),
+                "seen": None,
+                "audited": None,
             },
         )
 
@@ -116,6 +131,75 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(len(block), 2 * 1024 * 1024)
         self.assertEqual(sum(block), 512)
         self.assertEqual(FakeHost().run(app.handle, {"grow_mb": 1}).outcome, worker.ok())
+
+
+
+class CapabilitiesTest(unittest.TestCase):
+    def setUp(self):
+        app.count = 0
+
+    def test_without_grants_it_answers_ok_and_says_so_at_debug(self):
+        run = FakeHost().run(app.handle, {})
+        self.assertEqual(run.outcome, worker.ok())
+        self.assertTrue(run.logged("kv not granted", level="debug"))
+        self.assertTrue(run.logged("sql not granted", level="debug"))
+
+    def test_kv_counts_messages_per_original_routing_key(self):
+        host = FakeHost(kv={})
+        for key in ("a", "b", "a"):
+            host.run(app.handle, {}, routing_key="q", original_routing_key=key)
+        echoed = host.run(app.handle, ECHO, original_routing_key="a").published[0].json()
+        self.assertEqual(echoed["seen"], 3)
+        self.assertEqual(host.kv, {"seen:a": b"3", "seen:b": b"1"})
+
+    def test_sql_writes_one_audit_row_per_message(self):
+        db = audit_db(rows_after=5)
+        run = FakeHost(sql=db).run(app.handle, ECHO, original_routing_key="k", message_id="m-1")
+        self.assertEqual(run.published[0].json()["audited"], 5)
+        self.assertEqual(
+            [(s.split()[0], p) for s, p in db.statements],
+            [("CREATE", []), ("INSERT", ["k", "m-1", 1, len(message(ECHO).body)]), ("SELECT", [])],
+        )
+
+    def test_a_store_or_database_down_is_a_retry(self):
+        host = FakeHost(kv={})
+
+        def down(key, delta):
+            raise worker.KvError("unavailable", "connection refused")
+
+        host.kv_increment = down
+        self.assertEqual(
+            host.run(app.handle, {}).outcome, worker.retry("kv unavailable: connection refused")
+        )
+        db = FakeSql().on(app.AUDIT_TABLE, worker.SqlError("unavailable", "db restarting"))
+        run = FakeHost(sql=db).run(app.handle, {})
+        self.assertEqual(run.outcome, worker.retry("sql unavailable: db restarting"))
+
+    def test_a_broken_audit_table_fails(self):
+        db = audit_db().on(app.AUDIT_ROW, worker.SqlError("invalid", "no column attempt"))
+        run = FakeHost(sql=db).run(app.handle, {})
+        self.assertEqual(run.outcome, worker.fail("audit: invalid: no column attempt"))
+        raced = FakeSql().on(app.AUDIT_TABLE, worker.SqlError("constraint", "pg_type"))
+        run = FakeHost(sql=raced).run(app.handle, {})
+        self.assertEqual(run.outcome, worker.retry("audit: constraint: pg_type"))
+
+    def test_http_answers_and_errors_go_into_the_echo(self):
+        web = (
+            FakeHttp()
+            .on("http://api.test/ok", Response(201, body="made"), method="POST")
+            .on("http://api.test/down", HttpError("connection-refused"))
+        )
+        host = FakeHost(http=web)
+        req = {"url": "http://api.test/ok", "method": "POST", "body": "b", "headers": {"x": "1"}}
+        run = host.run(app.handle, {**ECHO, "http": req})
+        self.assertEqual(run.published[0].json()["http"], {"status": 201, "body": "made"})
+        self.assertTrue(run.logged("http POST http://api.test/ok: 201", level="info"))
+        self.assertEqual((web.requests[0].body, web.requests[0].headers["x"]), (b"b", "1"))
+        run = host.run(app.handle, {**ECHO, "http": {"url": "http://api.test/down"}})
+        self.assertEqual(run.published[0].json()["http"]["error"], "connection-refused")
+        denied = FakeHost().run(app.handle, {**ECHO, "http": {"url": "http://api.test/ok"}})
+        self.assertEqual(denied.published[0].json()["http"]["error"], "HTTP-request-denied")
+        self.assertEqual(denied.outcome, worker.ok())
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@
 Inside a component the calls go to the host; under plain CPython to a worker.testing.FakeHost.
 """
 
-from . import kv, sql
+from . import http, kv, sql
 from .registry import handler
 from .host import (
     LEVELS,
@@ -28,6 +28,7 @@ from .host import (
     trace,
     warn,
 )
+from .http import HttpError
 from .kv import KvError
 from .message import Message
 from .outcome import Outcome, fail, ok, retry
@@ -56,4 +57,6 @@ __all__ = [
     "sql",
     "SqlError",
     "Rows",
+    "http",
+    "HttpError",
 ]

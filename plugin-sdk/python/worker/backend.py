@@ -10,8 +10,8 @@ def current() -> Any:
     """The backend calls go to. Inside a component: the generated bindings (worker.component).
 
     A backend has the methods log, config, publish, kv_get, kv_set, kv_delete, kv_increment,
-    kv_compare_and_swap, sql_query and sql_execute, on plain Python values (see FakeHost), and
-    raises worker's PublishError / KvError / SqlError.
+    kv_compare_and_swap, sql_query, sql_execute and http_send, on plain Python values (see
+    FakeHost), and raises worker's PublishError / KvError / SqlError / HttpError.
     """
     global _installed
     if _installed is None:

@@ -1,7 +1,7 @@
 # The backend inside a component: componentize-py's generated bindings (wit_world, from
-# wit/worker-plugin.wit) behind worker's plain-Python calls, and the world's export.
-# Calls go through the modules' attributes (wit_host.publish, not a bound name), so the native tests
-# can stand in for the imports.
+# wit/worker-plugin.wit and plugin-sdk/python/wit's wasi:http imports) behind worker's
+# plain-Python calls, and the world's export. Calls go through the modules' attributes
+# (wit_host.publish, not a bound name), so the native tests can stand in for the imports.
 from typing import Any, List, Optional, Sequence, Tuple
 
 import wit_world
@@ -11,8 +11,9 @@ from wit_world.imports import kv as wit_kv
 from wit_world.imports import sql as wit_sql
 from wit_world.imports import types
 
-from . import registry
+from . import component_http, registry
 from .host import PublishError
+from .http import Request, Response
 from .kv import KvError
 from .message import Message
 from .outcome import FAIL, OK, Outcome
@@ -118,6 +119,9 @@ class Bindings:
 
     def sql_execute(self, statement: str, params: Sequence[Any]) -> int:
         return self._sql(wit_sql.execute, statement, params)
+
+    def http_send(self, request: Request) -> Response:
+        return component_http.send(request)
 
     @staticmethod
     def _kv(call: Any, *args: Any) -> Any:

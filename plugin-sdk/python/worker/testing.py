@@ -1,18 +1,20 @@
 # A fake host for plain CPython: runs a handler on a made-up message and records what it did
-# (logs, publishes), with an in-memory kv store and a scripted SQL database.
+# (logs, publishes), with an in-memory kv store, a scripted SQL database and canned HTTP answers.
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import backend
 from .registry import Handler, dispatch
 from .host import PUBLISH_ERRORS, PublishError
+from .http import HttpError, Request, Response
 from .kv import KvError
 from .message import Message
 from .outcome import Outcome
 from .sql import Rows, SqlError
 
-__all__ = ["FakeHost", "FakeSql", "Run", "Published", "message"]
+__all__ = ["FakeHost", "FakeSql", "FakeHttp", "Run", "Published", "message"]
 
 
 @dataclass
@@ -121,17 +123,76 @@ class FakeSql:
         return answer
 
 
+# A canned HTTP answer: a Response; an int (that status, no body); bytes or str (200 with that
+# body); a dict or list (200 with it as JSON); an HttpError to raise; or a callable(Request)
+# returning one of those.
+HttpAnswer = Union[Response, int, bytes, str, Dict[str, Any], List[Any], HttpError, Callable]
+
+
+class FakeHttp:
+    """Answers HTTP requests as scripted; records every request (worker.http.Request) it got.
+
+        web = FakeHttp()
+        web.on("https://api.example/orders/7", {"id": 7, "state": "open"})
+        web.on("https://api.example/orders", Response(201), method="POST")
+        web.on(re.compile(r"^https://down\\.example/"), HttpError("connection-refused"))
+
+    A URL matches exactly (without its fragment), or a compiled pattern matches with search();
+    `method` (default: any) narrows a rule. The last rule added that matches answers. A request
+    no rule matches fails the test (AssertionError): the script is incomplete.
+    """
+
+    def __init__(self) -> None:
+        self._rules: List[Tuple[Any, Optional[str], HttpAnswer]] = []
+        self.requests: List[Request] = []
+
+    def on(self, url: Any, answer: HttpAnswer, *, method: Optional[str] = None) -> "FakeHttp":
+        self._rules.append((url, None if method is None else method.upper(), answer))
+        return self
+
+    def _matches(self, rule: Any, method: Optional[str], req: Request) -> bool:
+        if method is not None and method != req.method:
+            return False
+        if isinstance(rule, re.Pattern):
+            return rule.search(req.url) is not None
+        return rule == req.url.split("#", 1)[0]
+
+    def send(self, req: Request) -> Response:
+        self.requests.append(req)
+        for url, method, answer in reversed(self._rules):
+            if self._matches(url, method, req):
+                break
+        else:
+            raise AssertionError(f"FakeHttp: no answer scripted for {req.method} {req.url}")
+        if callable(answer) and not isinstance(answer, (Response, HttpError)):
+            answer = answer(req)
+        if isinstance(answer, HttpError):
+            raise answer
+        if isinstance(answer, Response):
+            answer.url = answer.url or req.url
+            return answer
+        if isinstance(answer, bool) or answer is None:
+            raise AssertionError(f"FakeHttp: {req.url} is scripted with {answer!r}")
+        if isinstance(answer, int):
+            return Response(answer, url=req.url)
+        if isinstance(answer, (bytes, str)):
+            return Response(200, body=answer, url=req.url)
+        return Response(200, json=answer, url=req.url)
+
+
 class FakeHost:
     """Stands in for worker-host under plain CPython.
 
     config: the subscription's config (a dict, or JSON text). kv: the granted store's contents
     ({key: bytes or str}); None means no kv grant, so every kv call raises KvError("denied"), as
-    in the host. sql: a FakeSql; None means no grant (SqlError("denied")).
+    in the host. sql: a FakeSql; None means no grant (SqlError("denied")). http: a FakeHttp; None
+    means no destination is allowed (HttpError("HTTP-request-denied")).
     refuse_publish: None, a WIT publish-error name ("not-allowed", ...) every publish gets, or a
     callable(Published) returning such a name or None.
 
     run() installs the host for one handler call; `with host:` installs it for any code.
-    kv contents, kv_ttls and sql statements carry over between runs; logs and publishes are per run.
+    kv contents, kv_ttls, sql statements and http requests carry over between runs; logs and
+    publishes are per run.
     """
 
     def __init__(
@@ -140,6 +201,7 @@ class FakeHost:
         kv: Optional[Dict[str, Union[bytes, str]]] = None,
         sql: Optional[FakeSql] = None,
         refuse_publish: Union[str, Callable[[Published], Optional[str]], None] = None,
+        http: Optional[FakeHttp] = None,
     ):
         self.config_text = config if isinstance(config, str) else json.dumps(config or {})
         self.kv: Optional[Dict[str, bytes]] = (
@@ -147,6 +209,7 @@ class FakeHost:
         )
         self.kv_ttls: Dict[str, Optional[int]] = {}
         self.sql = sql
+        self.http = http
         self.refuse_publish = refuse_publish
         self.logs: List[Tuple[str, str]] = []
         self.published: List[Published] = []
@@ -239,3 +302,8 @@ class FakeHost:
 
     def sql_execute(self, statement: str, params: Sequence[Any]) -> int:
         return self._db().execute(statement, list(params))
+
+    def http_send(self, request: Request) -> Response:
+        if self.http is None:
+            raise HttpError("HTTP-request-denied", "no allowed_hosts in this FakeHost")
+        return self.http.send(request)

@@ -11,10 +11,14 @@ pub(crate) use v1::{body, config, log, meta, publish, set_reason};
 #[cfg(worker_backend = "component")]
 mod component;
 #[cfg(worker_backend = "component")]
+mod component_http;
+#[cfg(worker_backend = "component")]
 pub(crate) use component::{
-    config, http_send, kv_compare_and_swap, kv_delete, kv_get, kv_increment, kv_set, log, publish,
-    set_reason, sql_execute, sql_query,
+    config, kv_compare_and_swap, kv_delete, kv_get, kv_increment, kv_set, log, publish, set_reason,
+    sql_execute, sql_query,
 };
+#[cfg(worker_backend = "component")]
+pub(crate) use component_http::http_send;
 
 #[cfg(worker_backend = "native")]
 pub(crate) mod native;

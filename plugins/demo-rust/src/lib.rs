@@ -10,12 +10,19 @@
 //!  "outcome": "retry", "reason": "db down", "after_ms": 5000}
 //! ```
 //!
+//! After `loop`, on every message, the demo uses the capabilities its subscription grants
+//! ([`capabilities`]): a count per original routing key in the key-value store, an audit row in the
+//! database; then `"http": {"url", "method", "body", "headers"}` sends that request.
+//!
 //! `echo` publishes a JSON report of what the plugin received (config, a per-instance call count,
-//! attempt, routing keys, message id, headers, body length). A refused publish fails the message
-//! with `publish refused: <the world's publish-error name>`. `outcome` is `ok` (default), `retry`
-//! (with `after_ms`: no sooner than that) or `fail`; `reason` defaults to `requested`.
+//! attempt, routing keys, message id, headers, body length, `seen` and `audited` (null without
+//! their grant), and `http` when asked). A refused publish fails the message with `publish
+//! refused: <the world's publish-error name>`. `outcome` is `ok` (default), `retry` (with
+//! `after_ms`: no sooner than that) or `fail`; `reason` defaults to `requested`.
 
 #![forbid(unsafe_code)]
+
+pub mod capabilities;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -40,6 +47,8 @@ pub struct Request {
     /// Never return.
     #[serde(rename = "loop")]
     pub spin: bool,
+    /// An HTTP request to send.
+    pub http: Option<capabilities::HttpCall>,
     /// Publish a report of the delivery here.
     pub echo: Option<Target>,
     /// Messages to publish.
@@ -109,8 +118,12 @@ pub fn handle(msg: &Message) -> Result<Outcome, Error> {
     if req.spin {
         spin();
     }
+    let granted = match granted(msg, &req) {
+        Ok(granted) => granted,
+        Err(outcome) => return Ok(outcome),
+    };
     if let Some(to) = &req.echo {
-        let report = echo_report(msg, count)?;
+        let report = echo_report(msg, count, granted)?;
         send(Outgoing::json(&to.exchange, &to.routing_key, &report))?;
     }
     for p in &req.publish {
@@ -132,8 +145,20 @@ pub fn handle(msg: &Message) -> Result<Outcome, Error> {
 
 worker_plugin_sdk::handler!(handle);
 
+/// The echo's report of the capabilities: `seen`, `audited` and, when asked, `http`.
+fn granted(msg: &Message, req: &Request) -> Result<Value, Outcome> {
+    let mut report = json!({
+        "seen": capabilities::count_seen(msg)?,
+        "audited": capabilities::audit(msg)?,
+    });
+    if let Some(call) = &req.http {
+        report["http"] = json!(capabilities::fetch(call));
+    }
+    Ok(report)
+}
+
 /// What `echo` publishes: what this call received.
-fn echo_report(msg: &Message, count: u64) -> Result<Value, Error> {
+fn echo_report(msg: &Message, count: u64, granted: Value) -> Result<Value, Error> {
     let config: Value = config()?;
     let headers: BTreeMap<&str, &str> = msg
         .headers()
@@ -141,7 +166,7 @@ fn echo_report(msg: &Message, count: u64) -> Result<Value, Error> {
         .iter()
         .map(|(n, v)| (n.as_str(), v.as_str()))
         .collect();
-    Ok(json!({
+    let mut report = json!({
         "config": config,
         "count": count,
         "attempt": msg.attempt(),
@@ -150,7 +175,11 @@ fn echo_report(msg: &Message, count: u64) -> Result<Value, Error> {
         "message_id": msg.message_id(),
         "headers": headers,
         "body_len": msg.body().len(),
-    }))
+    });
+    if let (Value::Object(report), Value::Object(granted)) = (&mut report, granted) {
+        report.extend(granted);
+    }
+    Ok(report)
 }
 
 /// Publishes; a refusal fails the message, named as the world names it.

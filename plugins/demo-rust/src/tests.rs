@@ -6,7 +6,7 @@ use worker_plugin_sdk::Outcome;
 use worker_plugin_sdk::serde_json::{Value, json};
 use worker_plugin_sdk::testing::TestMessage;
 
-use super::handle;
+use super::{capabilities, handle};
 
 fn run(body: Value) -> worker_plugin_sdk::testing::TestRun {
     TestMessage::json(&body).run(handle)
@@ -155,4 +155,134 @@ fn trap_crashes_before_anything_later() {
     assert!(run.outcome.reason().unwrap().contains("trap requested"));
     assert!(run.logged("first"));
     assert!(run.publishes.is_empty());
+}
+
+fn echo_of(run: &worker_plugin_sdk::testing::TestRun) -> Value {
+    run.publishes[0].json().unwrap()
+}
+
+const ECHO: &str = r#"{"echo": {"exchange": "x", "routing_key": "k"}}"#;
+
+#[test]
+fn kv_counts_messages_per_original_routing_key() {
+    let run = TestMessage::new(ECHO)
+        .routing_key("demo@q")
+        .original_routing_key("a")
+        .kv("seen:a", "2")
+        .run(handle);
+    assert_eq!(echo_of(&run)["seen"], 3);
+    assert_eq!(run.kv["seen:a"], b"3");
+}
+
+#[test]
+fn sql_writes_one_audit_row_per_message() {
+    use worker_plugin_sdk::sql::{Rows, Value as Sql};
+    use worker_plugin_sdk::testing::SqlKind;
+
+    let run = TestMessage::new(ECHO)
+        .original_routing_key("k")
+        .message_id("m-1")
+        .sql_rows(Rows::new(["COUNT(*)"]).row([5_i64]))
+        .run(handle);
+    assert_eq!(echo_of(&run)["audited"], 5);
+    let calls: Vec<_> = run
+        .sql
+        .iter()
+        .map(|c| (c.kind, c.statement.as_str(), c.params.clone()))
+        .collect();
+    let row = vec![
+        Sql::from("k"),
+        Sql::from("m-1"),
+        Sql::from(1_u32),
+        Sql::Int(ECHO.len() as i64),
+    ];
+    assert_eq!(
+        calls,
+        [
+            (SqlKind::Execute, capabilities::AUDIT_TABLE, vec![]),
+            (SqlKind::Execute, capabilities::AUDIT_ROW, row),
+            (SqlKind::Query, capabilities::AUDIT_COUNT, vec![]),
+        ]
+    );
+}
+
+#[test]
+fn without_grants_it_answers_ok_and_says_so_at_debug() {
+    use worker_plugin_sdk::{Level, kv::KvError, sql::SqlError};
+
+    let run = TestMessage::new(ECHO)
+        .kv_error(KvError::Denied)
+        .sql_error(SqlError::Denied)
+        .run(handle);
+    assert_eq!(run.outcome, Outcome::Ok);
+    let report = echo_of(&run);
+    assert_eq!(
+        (&report["seen"], &report["audited"]),
+        (&Value::Null, &Value::Null)
+    );
+    assert!(run.logs.iter().all(|l| l.level == Level::Debug));
+    assert!(run.logged("kv not granted") && run.logged("sql not granted"));
+}
+
+#[test]
+fn a_store_or_database_down_is_a_retry_a_broken_table_fails() {
+    use worker_plugin_sdk::{kv::KvError, sql::SqlError};
+
+    let down = TestMessage::new("{}")
+        .kv_error(KvError::Unavailable("connection refused".into()))
+        .run(handle);
+    assert_eq!(
+        down.outcome,
+        Outcome::retry("kv unavailable: connection refused")
+    );
+    let down = TestMessage::new("{}")
+        .sql_error(SqlError::Unavailable("db restarting".into()))
+        .run(handle);
+    assert_eq!(
+        down.outcome,
+        Outcome::retry("sql unavailable: db restarting")
+    );
+    let broken = TestMessage::new("{}")
+        .sql_error(SqlError::Invalid("no column attempt".into()))
+        .run(handle);
+    assert_eq!(
+        broken.outcome,
+        Outcome::fail("audit: invalid: no column attempt")
+    );
+    let raced = TestMessage::new("{}")
+        .sql_error(SqlError::Constraint("pg_type".into()))
+        .run(handle);
+    assert_eq!(raced.outcome, Outcome::retry("audit: constraint: pg_type"));
+}
+
+#[test]
+fn http_answers_and_errors_go_into_the_echo() {
+    use worker_plugin_sdk::http::{HttpError, Response};
+
+    let body = json!({"echo": {"exchange": "x", "routing_key": "k"},
+        "http": {"url": "http://api.test/ok", "method": "post", "body": "b", "headers": {"x": "1"}}});
+    let run = TestMessage::json(&body)
+        .http_response(Response::new(201).with_body("made"))
+        .run(handle);
+    assert_eq!(run.outcome, Outcome::Ok);
+    assert_eq!(
+        echo_of(&run)["http"],
+        json!({"status": 201, "body": "made"})
+    );
+    assert!(run.logged("http post http://api.test/ok: 201"));
+    let sent = &run.http[0];
+    assert_eq!(
+        (sent.method.as_str(), sent.body.as_slice()),
+        ("POST", &b"b"[..])
+    );
+    assert_eq!(sent.headers, [("x".to_owned(), "1".to_owned())]);
+
+    let denied = TestMessage::json(&body)
+        .http_error(HttpError::Denied)
+        .run(handle);
+    assert_eq!(denied.outcome, Outcome::Ok);
+    assert_eq!(
+        echo_of(&denied)["http"],
+        json!({"error": "HTTP-request-denied"})
+    );
 }
