@@ -37,6 +37,7 @@ pub(crate) fn input(body: Vec<u8>) -> Arc<Input> {
         },
         config_json: Arc::from("{}"),
         publish: Arc::new(PublishPolicy::default()),
+        granted: Arc::default(),
     })
 }
 

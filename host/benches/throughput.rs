@@ -6,11 +6,13 @@
 //! (c) worker-host with every message retried once, then ok;
 //! (d) worker-host with an SDK plugin (user_monitor.wasm) parsing a 1 KiB JSON body;
 //! (a+), for reference only (not the denominator): a bare consumer acking with `multiple=true`,
-//!     the trick worker-host itself uses.
+//!     the trick worker-host itself uses;
+//! (k) the time one capability call adds per message: kv get+set (embedded, Redis), one SQL
+//!     insert (SQLite, PostgreSQL), against the same component doing nothing (`caps.rs`).
 //! Prints msgs/s, the ratio of each to (a), the host's peak RSS, and its RSS with 8 idle
 //! subscriptions.
 //!
-//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbcdi]`
+//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbcdik]`
 //! (`WORKER_BENCH_PERF`: see `start_perf`)
 //! (scripts/bench.sh builds the binary and plugins first). Run with a quiet machine; only the
 //! ratios within one run are meaningful.
@@ -28,6 +30,9 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+
+#[path = "throughput/caps.rs"]
+mod caps;
 
 const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const PREFETCH: u16 = 100;
@@ -47,7 +52,8 @@ const RETRY_ONCE_WAT: &str = r#"(module
 struct Args {
     messages: u64,
     runs: usize,
-    /// Scenarios to run: letters of `aAbcdi` (`A`: a' and the batched-ack bare consumer; `i`: idle RSS).
+    /// Scenarios to run: letters of `aAbcdik` (`A`: a' and the batched-ack bare consumer; `i`: idle
+    /// RSS; `k`: capability costs).
     only: String,
 }
 
@@ -55,7 +61,7 @@ fn args() -> Args {
     let mut a = Args {
         messages: 20_000,
         runs: 3,
-        only: "aAbcdi".into(),
+        only: "aAbcdik".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -180,6 +186,10 @@ async fn bench(args: Args) {
             "worker-host RSS with 8 idle subscriptions: {:.1} MiB",
             idle as f64 / 1048576.0
         );
+    }
+    if on('k') {
+        let probe = root.join("plugins/cap_probe.wasm");
+        caps::bench(&host_bin, &probe, n.min(5_000), args.runs).await;
     }
 }
 
@@ -418,7 +428,24 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// worker.toml lines a scenario adds: top-level tables, and lines of each subscription.
+#[derive(Default)]
+struct Extra {
+    sections: String,
+    subscription: String,
+}
+
 fn start_host(bin: &Path, plugin: &Plugin<'_>, queues: &[String], prefix: &str) -> Host {
+    start_host_with(bin, plugin, queues, prefix, &Extra::default())
+}
+
+fn start_host_with(
+    bin: &Path,
+    plugin: &Plugin<'_>,
+    queues: &[String],
+    prefix: &str,
+    extra: &Extra,
+) -> Host {
     let dir = std::env::temp_dir().join(unique("bench-host"));
     std::fs::create_dir_all(dir.join("plugins")).expect("dir");
     let bytes = match plugin {
@@ -431,11 +458,13 @@ fn start_host(bin: &Path, plugin: &Plugin<'_>, queues: &[String], prefix: &str) 
     let mut toml = format!(
         "[broker]\nurl = \"{URL}\"\n[admin]\nlisten = \"127.0.0.1:{port}\"\n\
          [exchanges]\nmaster = \"{prefix}.master\"\nretry = \"{prefix}.retry\"\nfailed = \"{prefix}.failed\"\n\
-         [defaults]\nprefetch = {PREFETCH}\nconcurrency = 8\nretry_delays = [\"1ms\"]\n"
+         [defaults]\nprefetch = {PREFETCH}\nconcurrency = 8\nretry_delays = [\"1ms\"]\n{}",
+        extra.sections
     );
     for q in queues {
         toml.push_str(&format!(
-            "[[subscription]]\nqueue = \"{q}\"\nplugin = \"p.wasm\"\nbindings = []\n"
+            "[[subscription]]\nqueue = \"{q}\"\nplugin = \"p.wasm\"\nbindings = []\n{}",
+            extra.subscription
         ));
     }
     std::fs::write(dir.join("worker.toml"), toml).expect("toml");
@@ -548,17 +577,28 @@ async fn host(bin: &Path, plugin: Plugin<'_>, n: u64, body: &[u8], scenario: cha
     fill(&ch, &queue, n, body).await;
     let host = start_host(bin, &plugin, std::slice::from_ref(&queue), &prefix);
     let perf = start_perf(host.child.id(), scenario);
+    let rate = consume_rate(&host.admin, n).await;
+    let rss = rss_kib(host.child.id(), "VmHWM:") * 1024;
+    stop_perf(perf);
+    drop(host);
+    remove_topology(&ch, &queue, &prefix).await;
+    let _ = conn.close(200, "bye".into()).await;
+    (rate, rss)
+}
+
+/// Waits until the host has answered ok `n` times; msgs/s from the first ok seen to the last.
+async fn consume_rate(admin: &str, n: u64) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut first: Option<(Instant, u64)> = None;
-    let rate = loop {
-        let done = handled_ok(&host.admin).await.unwrap_or(0);
+    loop {
+        let done = handled_ok(admin).await.unwrap_or(0);
         if done > 0 && first.is_none() {
             first = Some((Instant::now(), done));
         }
         if done >= n {
             let (t0, c0) = first.expect("set above");
             let secs = t0.elapsed().as_secs_f64();
-            break if secs > 0.0 {
+            return if secs > 0.0 {
                 (n - c0) as f64 / secs
             } else {
                 f64::NAN
@@ -569,12 +609,13 @@ async fn host(bin: &Path, plugin: Plugin<'_>, n: u64, body: &[u8], scenario: cha
             "worker-host handled {done}/{n} in 600s"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    let rss = rss_kib(host.child.id(), "VmHWM:") * 1024;
-    stop_perf(perf);
-    drop(host);
+    }
+}
+
+/// Deletes a scenario's queues and exchanges.
+async fn remove_topology(ch: &Channel, queue: &str, prefix: &str) {
     for q in [
-        queue.clone(),
+        queue.to_string(),
         format!("{queue}@failed"),
         format!("{queue}@retry.1ms"),
     ] {
@@ -587,8 +628,6 @@ async fn host(bin: &Path, plugin: Plugin<'_>, n: u64, body: &[u8], scenario: cha
             .exchange_delete(format!("{prefix}.{e}").as_str().into(), Default::default())
             .await;
     }
-    let _ = conn.close(200, "bye".into()).await;
-    (rate, rss)
 }
 
 /// RSS (bytes) of a host with `subs` idle subscriptions, once ready.

@@ -1,6 +1,7 @@
 //! The one integration-test binary: everything here talks to a real RabbitMQ at
 //! 127.0.0.1:5672 (or `WORKER_TEST_BROKER_URL`). A missing broker fails loudly.
 
+mod capabilities;
 mod cli;
 mod common;
 mod components;

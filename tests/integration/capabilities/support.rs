@@ -1,0 +1,378 @@
+//! Helpers of the capability tests: the servers they need (a missing one fails the test with
+//! the command that starts it), and `Probe`, a service running `plugins/cap_probe.wasm` on a
+//! few subscriptions, in-process or as the real binary with its own environment, that sends
+//! scripts and collects what the guest saw: the report of an ok answer, or the `worker-error`
+//! header of a parked message.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lapin::BasicProperties;
+use serde_json::{Value, json};
+
+use crate::common::{self, Service};
+use crate::reload::support::Names;
+
+/// The probe's file name in plugins/ and in the service's plugins folder.
+pub const PROBE: &str = "cap_probe.wasm";
+
+/// A server the tests use and how to start it.
+pub struct Server {
+    pub name: &'static str,
+    pub addr: &'static str,
+    pub start: &'static str,
+}
+
+pub const POSTGRES: Server = Server {
+    name: "PostgreSQL",
+    addr: "127.0.0.1:5432",
+    start: "service postgresql start",
+};
+pub const MARIADB: Server = Server {
+    name: "MariaDB",
+    addr: "127.0.0.1:3306",
+    start: "service mariadb start",
+};
+pub const REDIS: Server = Server {
+    name: "Redis",
+    addr: "127.0.0.1:6379",
+    start: "redis-server --daemonize yes",
+};
+
+/// Fails the test, naming the command that starts `server`, unless it accepts connections.
+pub fn require(server: &Server) {
+    let addr: SocketAddr = server.addr.parse().expect("a socket address");
+    if let Err(e) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+        panic!(
+            "{} does not answer on {}: {e}\nstart it with: {}\n(or run scripts/services.sh, which installs and starts every server the capability tests use)",
+            server.name, server.addr, server.start
+        );
+    }
+}
+
+/// The repository's root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The built probe; a missing file fails the test with the command that builds it.
+pub fn probe_wasm() -> Vec<u8> {
+    let path = root().join("plugins").join(PROBE);
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "the capability probe {} is not built ({e}); build it with: scripts/build-plugins.sh",
+            path.display()
+        )
+    })
+}
+
+/// One subscription running the probe: `<p>.<name>`, bound to `<p>.<name>.*`, its reports
+/// going to `<p>.out`. `keys` are its own keys (grants, limits); `tables` its sub-tables
+/// (`[subscription.http_headers."..."]`), written after `[subscription.config]`.
+pub struct Sub {
+    pub name: String,
+    pub keys: String,
+    pub tables: String,
+}
+
+impl Sub {
+    pub fn new(name: &str, keys: &str) -> Sub {
+        Sub {
+            name: name.to_owned(),
+            keys: keys.to_owned(),
+            tables: String::new(),
+        }
+    }
+
+    pub fn tables(mut self, tables: &str) -> Sub {
+        self.tables = tables.to_owned();
+        self
+    }
+}
+
+/// The service under test: in-process, or the binary as a child with its own environment.
+enum Runner {
+    InProcess(Service),
+    Child(ChildHost),
+}
+
+/// The binary as a child process, logging to a file; killed if still running when dropped
+/// (its log printed when the test is failing).
+struct ChildHost {
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ChildHost {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    async fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let child = &mut self.child;
+        let exited = common::eventually(Duration::from_secs(30), "worker-host exit", || {
+            let done = child.try_wait().ok().flatten();
+            async move { done }
+        })
+        .await;
+        assert!(
+            exited.success(),
+            "worker-host exited with {exited}:\n{}",
+            self.log()
+        );
+    }
+}
+
+impl Drop for ChildHost {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            if std::thread::panicking() {
+                eprintln!("---- worker-host log ----\n{}", self.log());
+            }
+        }
+    }
+}
+
+/// A running service with the probe on some subscriptions, and what came back from it.
+pub struct Probe {
+    pub n: Names,
+    pub conn: lapin::Connection,
+    pub ch: lapin::Channel,
+    runner: Runner,
+    subs: Vec<String>,
+    reports: BTreeMap<String, Value>,
+    parked: BTreeMap<(String, String), BTreeMap<String, String>>,
+}
+
+impl Probe {
+    /// Starts the service in-process: `subs` on the probe, `[state] dir = state`, and `tables`
+    /// (`[kv.NAME]`, `[sql.NAME]`, ...) at the end of worker.toml.
+    pub async fn start(test: &str, subs: &[Sub], state: &Path, tables: &str) -> Probe {
+        let n = Names::new(test);
+        let toml = worker_toml(&n, subs, state, tables);
+        let svc = Service::start(&toml, &[(PROBE, &probe_wasm())]).await;
+        Probe::ready(n, subs, Runner::InProcess(svc)).await
+    }
+
+    /// [`Probe::start`] with the real binary, `env` added to its environment, logging JSON to a
+    /// file (see [`Probe::log`]).
+    pub async fn start_child(
+        test: &str,
+        subs: &[Sub],
+        state: &Path,
+        tables: &str,
+        env: &[(&str, &str)],
+    ) -> Probe {
+        let n = Names::new(test);
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
+        std::fs::write(dir.path().join("plugins").join(PROBE), probe_wasm()).expect("plugin");
+        let config = dir.path().join("worker.toml");
+        std::fs::write(&config, worker_toml(&n, subs, state, tables)).expect("worker.toml");
+        let log = dir.path().join("host.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_worker-host"));
+        cmd.args(["--log-format", "json", "run", "-c"])
+            .arg(&config)
+            .env_remove("WORKER_BROKER_URL")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start worker-host");
+        let runner = Runner::Child(ChildHost {
+            child,
+            log,
+            _dir: dir,
+        });
+        Probe::ready(n, subs, runner).await
+    }
+
+    async fn ready(n: Names, subs: &[Sub], runner: Runner) -> Probe {
+        let (conn, ch) = common::channel().await;
+        let mut probe = Probe {
+            subs: subs.iter().map(|s| format!("{}.{}", n.p, s.name)).collect(),
+            n,
+            conn,
+            ch,
+            runner,
+            reports: BTreeMap::new(),
+            parked: BTreeMap::new(),
+        };
+        for q in probe.subs.clone() {
+            if let Err(e) = tokio::time::timeout(
+                Duration::from_secs(30),
+                common::wait_consuming(&probe.conn, &q),
+            )
+            .await
+            {
+                panic!("{q} has no consumer ({e}); host log:\n{}", probe.log());
+            }
+        }
+        probe.check_running();
+        probe
+    }
+
+    /// The child's log so far (empty in-process: the test's own output has those lines).
+    pub fn log(&self) -> String {
+        match &self.runner {
+            Runner::Child(host) => host.log(),
+            Runner::InProcess(_) => String::new(),
+        }
+    }
+
+    fn check_running(&mut self) {
+        if let Runner::Child(host) = &mut self.runner
+            && let Ok(Some(status)) = host.child.try_wait()
+        {
+            panic!("worker-host exited ({status}):\n{}", self.log());
+        }
+    }
+
+    /// Publishes `script` to subscription `sub`.
+    pub async fn send(&self, sub: &str, script: &Value) {
+        let key = format!("{}.{sub}.x", self.n.p);
+        let body = script.to_string();
+        common::publish(
+            &self.ch,
+            &self.n.master(),
+            &key,
+            body.as_bytes(),
+            BasicProperties::default(),
+        )
+        .await;
+    }
+
+    /// Sends `script` (which has an `id`) and waits for its report.
+    pub async fn run(&mut self, sub: &str, script: Value) -> Value {
+        let id = id_of(&script);
+        self.send(sub, &script).await;
+        self.report(&id).await
+    }
+
+    /// Waits for the report of `id` (reports of other ids are kept for later).
+    pub async fn report(&mut self, id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(r) = self.reports.remove(id) {
+                return r;
+            }
+            match common::get(&self.ch, &self.n.seen()).await {
+                Some(msg) => {
+                    let r: Value = serde_json::from_slice(&msg.delivery.data).expect("a report");
+                    self.reports.insert(id_of(&r), r);
+                }
+                None if Instant::now() < deadline => {
+                    self.check_running();
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                None => panic!("no report of {id} after 20s; host log:\n{}", self.log()),
+            }
+        }
+    }
+
+    /// Waits for the message `id` parked in `<sub>@failed` and returns its headers.
+    pub async fn parked(&mut self, sub: &str, id: &str) -> BTreeMap<String, String> {
+        let queue = format!("{}.{sub}@failed", self.n.p);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(h) = self.parked.remove(&(queue.clone(), id.to_owned())) {
+                return h;
+            }
+            match common::get(&self.ch, &queue).await {
+                Some(msg) => {
+                    let body: Value = serde_json::from_slice(&msg.delivery.data).expect("JSON");
+                    let headers = common::headers_of(&msg);
+                    self.parked.insert((queue.clone(), id_of(&body)), headers);
+                }
+                None if Instant::now() < deadline => {
+                    self.check_running();
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                None => panic!("{id} not parked in {queue} after 20s; log:\n{}", self.log()),
+            }
+        }
+    }
+
+    /// Stops the service (drains; the child gets SIGTERM) and deletes the topology.
+    pub async fn stop(self) {
+        match self.runner {
+            Runner::InProcess(svc) => svc.stop().await,
+            Runner::Child(mut host) => host.stop().await,
+        }
+        let _ = self.conn.close(200, "done".into()).await;
+        self.n.cleanup(&self.subs).await;
+    }
+}
+
+/// The `id` of a script or report.
+pub fn id_of(v: &Value) -> String {
+    v["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no id in {v}"))
+        .to_owned()
+}
+
+/// The report a retry or fail answer left as `worker-error` on the parked message.
+pub fn worker_error(headers: &BTreeMap<String, String>) -> Value {
+    let text = headers
+        .get("worker-error")
+        .unwrap_or_else(|| panic!("no worker-error in {headers:?}"));
+    serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("worker-error is not a report ({e}): {text}"))
+}
+
+/// The results of a report, each `{"ok": ...}` or `{"error": name, "text": ...}`.
+pub fn results(report: &Value) -> Vec<Value> {
+    report["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no results in {report}"))
+        .clone()
+}
+
+/// The error variant name of each result (`ok` for a success), for compact asserts.
+pub fn outcomes(report: &Value) -> Vec<String> {
+    results(report)
+        .iter()
+        .map(|r| match r.get("error") {
+            Some(e) => e.as_str().unwrap_or("?").to_owned(),
+            None => "ok".to_owned(),
+        })
+        .collect()
+}
+
+/// A script: `steps`, answered ok.
+pub fn script(id: &str, steps: Value) -> Value {
+    json!({"id": id, "steps": steps})
+}
+
+fn worker_toml(n: &Names, subs: &[Sub], state: &Path, tables: &str) -> String {
+    let mut toml = n.topology_toml();
+    for sub in subs {
+        let queue = format!("{}.{}", n.p, sub.name);
+        toml.push_str(&n.sub_toml_with(PROBE, &queue, &sub.name, &sub.keys));
+        toml.push_str(&format!(
+            "[subscription.config]\nreport = \"{}\"\n\n{}\n",
+            n.out(),
+            sub.tables
+        ));
+    }
+    toml.push_str(&format!(
+        "[state]\ndir = \"{}\"\n\n{tables}\n",
+        state.display()
+    ));
+    toml
+}
