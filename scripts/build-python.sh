@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds every Python plugin (a folder of plugins/ with an app.py) into plugins/<name>.wasm, a
-# component of the world `handler` of wit/worker-plugin.wit, with componentize-py (pinned in
-# plugin-sdk/python/requirements.txt, installed into plugins/target/python-venv).
+# component of the world `handler` of wit/worker-plugin.wit plus wasi:http's outgoing-handler (for
+# worker.http; plugin-sdk/python/wit, options in scripts/python.sh), with componentize-py (pinned
+# in plugin-sdk/python/requirements.txt, installed into plugins/target/python-venv).
 #
 # The component holds the plugin's sources (not its test_*.py or tests/), the `worker` package of
 # plugin-sdk/python and, when the plugin's requirements.txt names any, those packages (pure
@@ -46,6 +47,8 @@ inputs_hash() { # PLUGIN_DIR
             ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0r sha256sum)
         (cd "$SDK" && find worker -type f -name '*.py' -print0 | LC_ALL=C sort -z | xargs -0r sha256sum)
         (cd "$WIT" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum)
+        (cd "$PY_SDK_WIT" && find . -type f -name '*.wit' -print0 | LC_ALL=C sort -z | xargs -0r sha256sum)
+        sha256sum <"$ROOT/scripts/python.sh" # the world's options
         sha256sum <"$PY_REQUIREMENTS"
         sha256sum <"${BASH_SOURCE[0]}"
     } | sha256sum | cut -d' ' -f1
@@ -104,7 +107,7 @@ for app in "${apps[@]}"; do
             die "$name: pip could not install requirements.txt as pure-Python wheels"
         paths+=(-p "$work/deps")
     fi
-    "$COMPONENTIZE" -q -d "$WIT" -w handler componentize "${paths[@]}" worker.entry \
+    "$COMPONENTIZE" -q "${PY_WORLD_ARGS[@]}" componentize "${paths[@]}" worker.entry \
         -o "$work/$lib.wasm" || die "$name: componentize-py failed"
     publish_component "$work/$lib.wasm" "$out"
     echo "$hash" >"$stamp"

@@ -6,7 +6,29 @@
 # group python-plugins of scripts/packages.txt.
 source "$(dirname "${BASH_SOURCE[0]}")/packages.sh"
 
-PY_REQUIREMENTS="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/plugin-sdk/python/requirements.txt"
+PY_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY_REQUIREMENTS="$PY_REPO/plugin-sdk/python/requirements.txt"
+
+# The world of the Python plugins, as componentize-py options: worker:python-sdk/handler
+# (plugin-sdk/python/wit: worker:plugin/handler@2.0.0 of wit/ plus wasi:http, for worker.http),
+# each imported interface given the module name worker/component*.py imports (else `types` would
+# be `worker_plugin_types`, as wasi:http has a `types` too). One world that includes `handler`,
+# not two `-w` merged: componentize-py 0.25.1 panics on the export of a merged world.
+PY_SDK_WIT="$PY_REPO/plugin-sdk/python/wit"
+PY_WORLD_ARGS=(
+  -d "$PY_REPO/wit" -d "$PY_SDK_WIT"
+  -w worker:python-sdk/handler
+  --import-interface-name worker:plugin/host@2.0.0=host
+  --import-interface-name worker:plugin/kv@2.0.0=kv
+  --import-interface-name worker:plugin/sql@2.0.0=sql
+  --import-interface-name worker:plugin/types@2.0.0=types
+  --import-interface-name wasi:http/types@0.2.12=http_types
+  --import-interface-name wasi:http/outgoing-handler@0.2.12=outgoing_handler
+  --import-interface-name wasi:io/poll@0.2.12=poll
+  --import-interface-name wasi:io/streams@0.2.12=streams
+  --import-interface-name wasi:io/error@0.2.12=error
+  --import-interface-name wasi:clocks/monotonic-clock@0.2.12=monotonic_clock
+)
 
 # Prints a python3 that can make a venv with pip, installing Debian's when none can.
 venv_capable_python() {

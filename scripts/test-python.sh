@@ -30,10 +30,10 @@ export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ in the source folders
 
 # The generated bindings (stubs with the real types), made again when the WIT or the pin changed.
 BINDINGS="$TARGET_DIR/python-bindings"
-want=$(cat "$ROOT"/wit/*.wit "$PY_REQUIREMENTS" | sha256sum)
+want=$({ cat "$ROOT"/wit/*.wit "$PY_SDK_WIT"/*.wit "$PY_REQUIREMENTS"; printf '%s\n' "${PY_WORLD_ARGS[@]}"; } | sha256sum)
 if [[ $(cat "$BINDINGS.sha256" 2>/dev/null) != "$want" ]]; then
     rm -rf "$BINDINGS"
-    "$PY_VENV/bin/componentize-py" -q -d "$ROOT/wit" -w handler bindings "$BINDINGS"
+    "$PY_VENV/bin/componentize-py" -q "${PY_WORLD_ARGS[@]}" bindings "$BINDINGS"
     echo "$want" >"$BINDINGS.sha256"
 fi
 

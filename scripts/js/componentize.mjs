@@ -17,9 +17,10 @@ import { basename, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 
-// The component imports only what the host offers: no fetch() (wasi:http) and no incoming-HTTP
+// The component imports only what the host offers: fetch() through wasi:http/outgoing-handler
+// (the host decides every request against the subscription's allowed_hosts), but no incoming-HTTP
 // handler. stdio (console.log becomes a host log line), clocks and random stay on.
-const DISABLED_FEATURES = ["http", "fetch-event"];
+const DISABLED_FEATURES = ["fetch-event"];
 const WORLD = "handler";
 
 const { values: opt, positionals } = parseArgs({
