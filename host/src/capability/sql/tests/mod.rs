@@ -146,13 +146,38 @@ pub(super) async fn open(kind: SqlKind, url: &str, dir: Option<tempfile::TempDir
     }
 }
 
-/// Fails (never skips) when the server at `addr` does not answer, naming the command that
-/// starts it.
-pub(super) async fn require_server(what: &str, addr: &str, start: &str) {
-    let connect = tokio::net::TcpStream::connect(addr);
-    match tokio::time::timeout(Duration::from_secs(3), connect).await {
-        Ok(Ok(_)) => {}
-        _ => panic!("{what} does not answer at {addr}: start it with `{start}`"),
+/// Fails (never skips) unless `url` accepts a session and answers `SELECT 1`, naming the
+/// command that starts the server. A server still starting up (or restarting under another
+/// test) gets up to 30 s; the last error is in the message, since a port that answers is not
+/// enough (wrong authentication, a missing database).
+pub(super) async fn require_server(kind: SqlKind, url: &str, start: &str) {
+    use sqlx::Connection as _;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let attempt = async {
+            match kind {
+                SqlKind::Postgres => {
+                    let mut c = sqlx::PgConnection::connect(url).await?;
+                    sqlx::query("SELECT 1").execute(&mut c).await.map(drop)
+                }
+                _ => {
+                    let mut c = sqlx::MySqlConnection::connect(url).await?;
+                    sqlx::query("SELECT 1").execute(&mut c).await.map(drop)
+                }
+            }
+        };
+        let error = match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer within 5 s".to_string(),
+        };
+        if Instant::now() >= deadline {
+            panic!(
+                "{url} does not answer SELECT 1: {error}\nstart the server with `{start}`, or run \
+                 scripts/services.sh (it installs, starts and configures every server these tests use)"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

@@ -8,7 +8,7 @@ use crate::config::SqlKind;
 use crate::wit::worker::plugin::sql::{Host as _, Value};
 
 async fn mysql() -> Ctx {
-    require_server("MariaDB", "127.0.0.1:3306", "service mariadb start").await;
+    require_server(SqlKind::MySql, MYSQL_URL, "service mariadb start").await;
     open(SqlKind::MySql, MYSQL_URL, None).await
 }
 

@@ -10,7 +10,7 @@ use crate::config::SqlKind;
 use crate::wit::worker::plugin::sql::{Host as _, Value};
 
 async fn postgres() -> Ctx {
-    require_server("PostgreSQL", "127.0.0.1:5432", "service postgresql start").await;
+    require_server(SqlKind::Postgres, POSTGRES_URL, "service postgresql start").await;
     open(SqlKind::Postgres, POSTGRES_URL, None).await
 }
 
