@@ -5,6 +5,7 @@
 const LAYERS: &[(&str, u8)] = &[
     ("config", 0),
     ("descriptors", 0),
+    ("failpoint", 0),
     ("scaffold", 0),
     ("stdout", 0),
     ("wit", 0),

@@ -10,6 +10,7 @@ mod consumer;
 pub mod delay;
 pub mod descriptors;
 pub mod failed;
+pub mod failpoint;
 #[cfg(test)]
 mod layers;
 mod metrics;

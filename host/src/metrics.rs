@@ -81,6 +81,8 @@ pub struct Metrics {
     repairing: Gauge,
     topology_repairs: Counter,
     dropped: Family<QueueLabel, Counter>,
+    duplicates: Family<QueueLabel, Counter>,
+    without_id: Family<QueueLabel, Counter>,
     blocked_reason: std::sync::Mutex<String>,
     consumers: AtomicI64,
     plugin_info: Family<PluginLabel, Gauge>,
@@ -115,6 +117,8 @@ impl Metrics {
             repairing: Gauge::default(),
             topology_repairs: Counter::default(),
             dropped: Family::default(),
+            duplicates: Family::default(),
+            without_id: Family::default(),
             blocked_reason: std::sync::Mutex::new(String::new()),
             consumers: AtomicI64::new(0),
             plugin_info: Family::default(),
@@ -214,6 +218,16 @@ impl Metrics {
             "Handler results dropped because their channel died (the broker redelivers)",
             self.dropped.clone(),
         );
+        self.registry.register(
+            "duplicates",
+            "Deliveries the outbox had already recorded as handled: acked without a handler call",
+            self.duplicates.clone(),
+        );
+        self.registry.register(
+            "outbox_without_id",
+            "Messages without a message id under the outbox: handled, but not deduplicated",
+            self.without_id.clone(),
+        );
     }
 
     /// Per-queue message counts, handler durations and calls in flight.
@@ -289,6 +303,8 @@ impl Metrics {
             duration: self.duration.get_or_create(&label).clone(),
             in_flight: self.in_flight.get_or_create(&label).clone(),
             dropped: self.dropped.get_or_create(&label).clone(),
+            duplicates: self.duplicates.get_or_create(&label).clone(),
+            without_id: self.without_id.get_or_create(&label).clone(),
         }
     }
 
@@ -405,6 +421,8 @@ pub struct QueueMetrics {
     duration: Histogram,
     in_flight: Gauge,
     dropped: Counter,
+    duplicates: Counter,
+    without_id: Counter,
 }
 
 impl QueueMetrics {
@@ -422,6 +440,16 @@ impl QueueMetrics {
     /// A handler result was dropped because its consumer channel died.
     pub fn dropped(&self) {
         self.dropped.inc();
+    }
+
+    /// A delivery the outbox had recorded as handled was acked without a call.
+    pub fn duplicate(&self) {
+        self.duplicates.inc();
+    }
+
+    /// A message without a message id was handled under the outbox.
+    pub fn without_id(&self) {
+        self.without_id.inc();
     }
 
     /// A message was settled with `outcome` (`ok`, `retry`, `fail`, `retries-exhausted`) after

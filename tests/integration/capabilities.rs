@@ -9,6 +9,7 @@
 mod db;
 mod http;
 mod kv;
+mod outbox;
 mod restart;
 mod sql;
 mod support;

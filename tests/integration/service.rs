@@ -80,7 +80,7 @@ async fn start_with_a_loop_in_flight(
 async fn sigterm_under_load_drains_acks_once_and_exits_0() {
     // Message 0 loops until its timeout: it is in flight when SIGTERM comes, so the drain must
     // wait for it, then park it (confirmed) and ack it.
-    const SLOW: Duration = Duration::from_secs(10);
+    const SLOW: Duration = Duration::from_secs(20);
     let n = Names::new("sigterm");
     let extra = format!("{LOAD}\ntimeout = \"{}s\"", SLOW.as_secs());
     let (_dir, conn, mut host) = start_with_a_loop_in_flight(&n, &extra).await;

@@ -65,8 +65,17 @@ impl Instances {
     }
 
     /// Commits (on ok) or undoes every capability's effects; the first commit error wins.
-    pub async fn finish(&mut self, ok: bool) -> Result<(), String> {
-        let sql = self.sql.finish(ok).await;
+    /// `record` goes into the SQL transaction (the outbox).
+    pub async fn finish(
+        &mut self,
+        ok: bool,
+        record: Option<&sql::outbox::Record>,
+    ) -> Result<(), String> {
+        let sql = self
+            .sql
+            .finish_recorded(ok, record)
+            .await
+            .map_err(|e| e.to_string());
         let kv = self.kv.finish(ok).await;
         let http = self.http.finish(ok).await;
         sql.and(kv).and(http)
@@ -87,6 +96,8 @@ pub struct Granted {
     pub(crate) http: Option<Arc<http::Grant>>,
     pub(crate) kv: Option<Arc<kv::Store>>,
     pub(crate) sql: Option<Arc<sql::Database>>,
+    /// `outbox = true`: handled messages and their publishes are recorded in `sql`.
+    pub(crate) outbox: bool,
 }
 
 impl std::fmt::Debug for Granted {
@@ -95,6 +106,7 @@ impl std::fmt::Debug for Granted {
             .field("http", &self.http.is_some())
             .field("kv", &self.kv.is_some())
             .field("sql", &self.sql.is_some())
+            .field("outbox", &self.outbox)
             .finish()
     }
 }
@@ -153,6 +165,7 @@ impl Capabilities {
             http,
             kv: g.kv.as_ref().and_then(|n| self.kv.get(n).cloned()),
             sql: g.sql.as_ref().and_then(|n| self.sql.get(n).cloned()),
+            outbox: g.outbox.is_some(),
         })
     }
 

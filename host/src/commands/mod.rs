@@ -137,6 +137,12 @@ fn print_capabilities(config: &crate::config::Config) {
         }
         parts.extend(g.kv.iter().map(|k| format!("kv {k}")));
         parts.extend(g.sql.iter().map(|d| format!("sql {d}")));
+        parts.extend(g.outbox.iter().map(|o| {
+            format!(
+                "outbox (records kept {})",
+                humantime::format_duration(o.retention)
+            )
+        }));
         if !parts.is_empty() {
             say!("subscription {} may use: {}", sub.queue, parts.join(", "));
         }

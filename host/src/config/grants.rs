@@ -13,7 +13,20 @@ pub struct Grants {
     pub kv: Option<String>,
     /// A `[sql.NAME]` database.
     pub sql: Option<String>,
+    /// `outbox = true`: handled messages and their publishes recorded in `sql`.
+    pub outbox: Option<Outbox>,
 }
+
+/// The outbox of a subscription (it needs `sql`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbox {
+    /// `outbox_retention`: how long a handled message is remembered.
+    pub retention: std::time::Duration,
+}
+
+/// `outbox_retention` when unset: a redelivery later than this is handled again.
+pub const DEFAULT_OUTBOX_RETENTION: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// Outbound HTTP: the origins a request may go to and what the host adds to it.
 #[derive(Debug, Clone, PartialEq, Eq)]

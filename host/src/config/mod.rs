@@ -19,8 +19,9 @@ use serde::Deserialize;
 
 pub use error::{ConfigError, Location, Problem, Warning};
 pub use grants::{
-    DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE, DEFAULT_SQL_MAX_CONNECTIONS, Grants,
-    HttpGrant, KvBackend, KvStoreConfig, Origin, OriginHeaders, Secret, SqlDatabaseConfig, SqlKind,
+    DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE, DEFAULT_OUTBOX_RETENTION,
+    DEFAULT_SQL_MAX_CONNECTIONS, Grants, HttpGrant, KvBackend, KvStoreConfig, Origin,
+    OriginHeaders, Outbox, Secret, SqlDatabaseConfig, SqlKind,
 };
 pub use units::MAX_NAME_BYTES;
 

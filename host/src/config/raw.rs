@@ -153,6 +153,8 @@ with_settings! {
         pub http_headers: Option<BTreeMap<String, Spanned<RawHeaders>>>,
         pub kv: Option<Spanned<String>>,
         pub sql: Option<Spanned<String>>,
+        pub outbox: Option<Spanned<bool>>,
+        pub outbox_retention: Option<Spanned<DurationText>>,
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod acks;
 mod delivery;
+mod outbox;
 mod settle;
 mod strikes;
 
@@ -60,6 +61,9 @@ pub struct Subscriber {
     metrics: QueueMetrics,
     /// Messages whose call outlived the broker's consumer timeout, by identity.
     strikes: Strikes,
+    /// When this subscriber was made (Unix ms): outbox records older than this that are
+    /// still unsent were left by an earlier process.
+    started_ms: i64,
 }
 
 impl Subscriber {
@@ -100,6 +104,7 @@ impl Subscriber {
             delayer,
             metrics,
             strikes: Strikes::default(),
+            started_ms: crate::capability::sql::outbox::now_ms(),
         }
     }
 
@@ -127,7 +132,11 @@ impl Subscriber {
             death,
             tasks: TaskTracker::new(),
         };
+        let sweeping = cancel.child_token();
+        run.tasks
+            .spawn(self.clone().sweep(run.link.clone(), sweeping.clone()));
         let result = self.dispatch(&run, &mut inbox, &cancel).await;
+        sweeping.cancel();
         // Stop new deliveries; what was prefetched but not started goes back when the channel
         // closes. In-flight calls finish (bounded by their timeout) and settle.
         if result.is_ok() {

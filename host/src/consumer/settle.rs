@@ -15,12 +15,14 @@ use tracing::{debug, error, warn};
 
 use super::acks::Acks;
 use super::delivery::{ChannelDeath, Received, identity};
+use super::outbox::{Check, Outbound};
 use super::{Link, Subscriber};
 use crate::broker::{self, PERSISTENT, PublishError};
 use crate::delay::Delayer;
+use crate::failpoint;
 use crate::metrics::Settled;
 use crate::outcome::{self, Decision, FailedReason, Stamp};
-use crate::plugin::{Input, Plugin, Publish};
+use crate::plugin::{Input, Plugin};
 use crate::poison;
 
 /// The consumer's side of one handler task.
@@ -51,9 +53,24 @@ impl Subscriber {
     ) {
         let (input, mut received) = self.receive(delivery);
         let plugin = self.plugin.load_full();
-        let (decision, publishes, elapsed) = match self.precheck(&input, &mut received) {
-            Some(decision) => (decision, Vec::new(), None),
-            None => {
+        let mut correlation = input_correlation(&input);
+        let mut check = Check::Handle;
+        let decision = self.precheck(&input, &mut received);
+        if decision.is_none() {
+            check = self.outbox_check(&input).await;
+        }
+        let (decision, publishes, elapsed) = match (decision, check) {
+            (Some(decision), _) => (decision, Vec::new(), None),
+            (None, Check::Duplicate(publishes, stored)) => {
+                correlation = stored.or(correlation);
+                (Decision::Ack, publishes, None)
+            }
+            (None, Check::Unavailable(why)) => {
+                let decision =
+                    outcome::retry_or_park(why, input.meta.attempt, self.sub.max_retries);
+                (decision, Vec::new(), None)
+            }
+            (None, Check::Handle) => {
                 let in_flight = self.metrics.call_started();
                 // A call whose channel died cannot settle its message: stop it at once.
                 let invocation = tokio::select! {
@@ -75,7 +92,11 @@ impl Subscriber {
                 if let Decision::Retry { after, .. } = &mut decision {
                     *after = invocation.retry_after;
                 }
-                (decision, invocation.publishes, Some(invocation.elapsed))
+                if matches!(decision, Decision::Ack) && self.outbox_id(&input).is_some() {
+                    failpoint::hit("outbox-after-commit");
+                }
+                let publishes = self.outbox_ids(&input, invocation.publishes);
+                (decision, publishes, Some(invocation.elapsed))
             }
         };
         drop(permit);
@@ -86,7 +107,14 @@ impl Subscriber {
             return;
         }
         let settled = self
-            .publish(decision, publishes, &input, &received, &plugin, call.link)
+            .publish(
+                decision,
+                (correlation.as_deref(), publishes),
+                &input,
+                &received,
+                &plugin,
+                call.link,
+            )
             .await;
         self.settle(settled, &input, &received, &plugin, elapsed, &call)
             .await;
@@ -154,15 +182,22 @@ impl Subscriber {
     async fn publish(
         &self,
         decision: Decision,
-        publishes: Vec<Publish>,
+        (correlation, publishes): (Option<&str>, Vec<Outbound>),
         input: &Input,
         received: &Received,
         plugin: &Plugin,
         link: &Link,
     ) -> Result<Decision, PublishError> {
         let decision = match decision {
-            Decision::Ack => match self.send_publishes(link, input, &publishes).await {
-                Ok(()) => return Ok(Decision::Ack),
+            Decision::Ack => match self.send_publishes(link, correlation, &publishes).await {
+                Ok(()) => {
+                    if let Some(id) = self.outbox_id(input) {
+                        failpoint::hit("outbox-after-publish");
+                        self.outbox_sent(id, &publishes).await;
+                        failpoint::hit("outbox-after-mark");
+                    }
+                    return Ok(Decision::Ack);
+                }
                 Err(Blame::Broker(err)) => return Err(err),
                 Err(Blame::Message(cause)) => {
                     outcome::retry_or_park(cause, input.meta.attempt, self.sub.max_retries)
@@ -314,14 +349,18 @@ impl Subscriber {
     async fn send_publishes(
         &self,
         link: &Link,
-        input: &Input,
-        publishes: &[Publish],
+        correlation: Option<&str>,
+        publishes: &[Outbound],
     ) -> Result<(), Blame> {
         if publishes.is_empty() {
             return Ok(());
         }
         // Delayed publishes go to our own delay exchange; the mover checks their target.
-        for publish in publishes.iter().filter(|p| p.delay.is_none()) {
+        for publish in publishes
+            .iter()
+            .map(|o| &o.publish)
+            .filter(|p| p.delay.is_none())
+        {
             match link.publisher.check_exchange(&publish.exchange).await {
                 Ok(()) => {}
                 Err(err @ PublishError::ChannelClosed { .. }) => {
@@ -335,7 +374,9 @@ impl Subscriber {
             .confirm_channel()
             .await
             .map_err(Blame::Broker)?;
-        let sends = publishes.iter().map(|p| self.send_one(&shared, input, p));
+        let sends = publishes
+            .iter()
+            .map(|o| self.send_one(&shared, correlation, o));
         for result in join_all(sends).await {
             if let Err(err) = result {
                 // An exchange deleted since it was checked: check again on redelivery.
@@ -352,9 +393,10 @@ impl Subscriber {
     async fn send_one(
         &self,
         channel: &Channel,
-        input: &Input,
-        p: &Publish,
+        correlation: Option<&str>,
+        o: &Outbound,
     ) -> Result<(), PublishError> {
+        let p = &o.publish;
         let mut props = BasicProperties::default().with_delivery_mode(PERSISTENT);
         if let Some(content_type) = &p.content_type {
             props = props.with_content_type(content_type.as_str().into());
@@ -366,13 +408,11 @@ impl Subscriber {
             }
             props = props.with_headers(headers);
         }
-        let meta = &input.meta;
-        if let Some(id) = meta
-            .correlation_id
-            .as_deref()
-            .or(meta.message_id.as_deref())
-        {
+        if let Some(id) = correlation {
             props = props.with_correlation_id(id.into());
+        }
+        if let Some(id) = &o.message_id {
+            props = props.with_message_id(id.as_str().into());
         }
         let Some(delay) = p.delay else {
             return broker::publish_confirmed(
@@ -462,5 +502,27 @@ fn settled_as(decision: &Decision) -> Settled {
             reason: FailedReason::RetriesExhausted,
             ..
         } => Settled::RetriesExhausted,
+    }
+}
+
+/// The correlation id a plugin's publishes carry: the input's, else its message id.
+fn input_correlation(input: &Input) -> Option<String> {
+    let meta = &input.meta;
+    meta.correlation_id.clone().or(meta.message_id.clone())
+}
+
+impl Subscriber {
+    /// Publishes `list` (the outbox sweeper's way in), confirmed; the error as text.
+    pub(super) async fn send_outbound(
+        &self,
+        link: &Link,
+        correlation: Option<&str>,
+        list: &[Outbound],
+    ) -> Result<(), String> {
+        match self.send_publishes(link, correlation, list).await {
+            Ok(()) => Ok(()),
+            Err(Blame::Message(why)) => Err(why),
+            Err(Blame::Broker(err)) => Err(err.to_string()),
+        }
     }
 }

@@ -104,7 +104,30 @@ enum Runner {
 struct ChildHost {
     child: Child,
     log: PathBuf,
+    config: PathBuf,
     _dir: tempfile::TempDir,
+}
+
+/// The binary running `config`, its stderr appended to `log`.
+fn spawn(config: &Path, log: &Path, env: &[(&str, &str)]) -> Child {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_worker-host"));
+    cmd.args(["--log-format", "json", "run", "-c"])
+        .arg(config)
+        .env_remove("WORKER_BROKER_URL")
+        .env_remove(worker_host::failpoint::FAILPOINT_ENV)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("start worker-host")
 }
 
 impl ChildHost {
@@ -181,21 +204,11 @@ impl Probe {
         let config = dir.path().join("worker.toml");
         std::fs::write(&config, worker_toml(&n, subs, state, tables)).expect("worker.toml");
         let log = dir.path().join("host.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_worker-host"));
-        cmd.args(["--log-format", "json", "run", "-c"])
-            .arg(&config)
-            .env_remove("WORKER_BROKER_URL")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"));
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().expect("start worker-host");
+        let child = spawn(&config, &log, env);
         let runner = Runner::Child(ChildHost {
             child,
             log,
+            config,
             _dir: dir,
         });
         Probe::ready(n, subs, runner).await
@@ -244,16 +257,60 @@ impl Probe {
 
     /// Publishes `script` to subscription `sub`.
     pub async fn send(&self, sub: &str, script: &Value) {
+        self.send_with(sub, script, BasicProperties::default())
+            .await;
+    }
+
+    /// Publishes `script` to subscription `sub` with `props` (a message id, say).
+    pub async fn send_with(&self, sub: &str, script: &Value, props: BasicProperties) {
         let key = format!("{}.{sub}.x", self.n.p);
         let body = script.to_string();
-        common::publish(
-            &self.ch,
-            &self.n.master(),
-            &key,
-            body.as_bytes(),
-            BasicProperties::default(),
-        )
-        .await;
+        common::publish(&self.ch, &self.n.master(), &key, body.as_bytes(), props).await;
+    }
+
+    /// The next report as delivered (its properties too), if one arrives within `wait`.
+    pub async fn next_report(&mut self, wait: Duration) -> Option<lapin::message::BasicGetMessage> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(msg) = common::get(&self.ch, &self.n.seen()).await {
+                return Some(msg);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits for the child to exit by itself (a crash point) and returns its status.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
+        let Runner::Child(host) = &mut self.runner else {
+            panic!("not a child process");
+        };
+        let child = &mut host.child;
+        common::eventually(Duration::from_secs(30), "worker-host exit", || {
+            let done = child.try_wait().ok().flatten();
+            async move { done }
+        })
+        .await
+    }
+
+    /// Starts the binary again after it exited: same config, names and state, with `env`.
+    pub async fn restart_child(&mut self, env: &[(&str, &str)]) {
+        let Runner::Child(host) = &mut self.runner else {
+            panic!("not a child process");
+        };
+        host.child = spawn(&host.config, &host.log, env);
+        for q in self.subs.clone() {
+            if let Err(e) = tokio::time::timeout(
+                Duration::from_secs(30),
+                common::wait_consuming(&self.conn, &q),
+            )
+            .await
+            {
+                panic!("{q} has no consumer ({e}); host log:\n{}", self.log());
+            }
+        }
     }
 
     /// Sends `script` (which has an `id`) and waits for its report.

@@ -15,6 +15,7 @@
 //! A connection that is not known to be outside a transaction with nothing in flight is closed
 //! when dropped, never returned to the pool: the server then rolls back what it held.
 
+use crate::config::SqlKind;
 use std::time::Duration;
 
 use futures_util::TryStreamExt as _;
@@ -43,6 +44,14 @@ pub(super) enum Pool {
 }
 
 impl Pool {
+    pub fn kind(&self) -> SqlKind {
+        match self {
+            Pool::Sqlite(_) => SqlKind::Sqlite,
+            Pool::Postgres(_) => SqlKind::Postgres,
+            Pool::MySql(_) => SqlKind::MySql,
+        }
+    }
+
     /// A connection of the pool (opened if none is idle).
     pub async fn acquire(&self) -> Result<Conn, sqlx::Error> {
         let link = match self {

@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 
 use super::super::grants::{
-    DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE, DEFAULT_SQL_MAX_CONNECTIONS, Grants,
-    HttpGrant, KvBackend, KvStoreConfig, Origin, OriginHeaders, Secret, SqlDatabaseConfig, SqlKind,
+    DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE, DEFAULT_OUTBOX_RETENTION,
+    DEFAULT_SQL_MAX_CONNECTIONS, Grants, HttpGrant, KvBackend, KvStoreConfig, Origin,
+    OriginHeaders, Outbox, Secret, SqlDatabaseConfig, SqlKind,
 };
 use super::super::raw::{KvBackendKind, RawKv, RawSql};
 use super::*;
@@ -163,11 +164,40 @@ impl Checker<'_> {
             self.known(name, "sql", sql.iter().map(|s| s.name.as_str()).collect());
             name.get_ref().clone()
         });
+        let outbox = self.outbox(sub, sql.is_some());
         Grants {
             http: self.http_grant(sub, defaults),
             kv,
             sql,
+            outbox,
         }
+    }
+
+    /// `outbox = true` needs a database to record in; `outbox_retention` needs the outbox.
+    fn outbox(&mut self, sub: &RawSubscription, has_sql: bool) -> Option<Outbox> {
+        let on = sub.outbox.as_ref().filter(|o| *o.get_ref());
+        if let Some(flag) = on
+            && !has_sql
+        {
+            self.error(
+                Some(flag.span()),
+                "outbox = true needs sql = \"NAME\": the outbox is kept in the subscription's database",
+            );
+        }
+        if on.is_none()
+            && let Some(retention) = &sub.outbox_retention
+        {
+            self.error(
+                Some(retention.span()),
+                "outbox_retention is set but outbox is not: add outbox = true",
+            );
+        }
+        on.map(|_| Outbox {
+            retention: sub
+                .outbox_retention
+                .as_ref()
+                .map_or(DEFAULT_OUTBOX_RETENTION, |r| r.get_ref().duration),
+        })
     }
 
     fn known(&mut self, name: &Spanned<String>, section: &str, defined: Vec<&str>) {

@@ -13,7 +13,9 @@ use super::super::pending::Pending;
 use super::super::state::{Limiter, LogBuffer};
 use super::super::wasi::BoundedPipe;
 use super::super::{Input, LogLevel, LogSource};
+use crate::capability::sql::outbox::Record;
 use crate::capability::{self, Instances, Scope};
+use crate::failpoint;
 
 /// Core instances, tables and memories one component store may create: what the language
 /// runtimes measured need (Python 14 core instances, JavaScript 4), with room to spare.
@@ -86,9 +88,34 @@ impl CState {
         self.stderr.take();
     }
 
-    /// Commits (on ok) or undoes the message's capability effects (SQL transaction).
+    /// Commits (on ok) or undoes the message's capability effects (SQL transaction); with
+    /// the outbox, the message and what it published are recorded in that transaction.
     pub async fn settle_capabilities(&mut self, ok: bool) -> Result<(), String> {
-        self.capabilities.finish(ok).await
+        let record = if ok { self.outbox_record() } else { None };
+        if record.is_some() {
+            failpoint::hit("outbox-before-commit");
+        }
+        self.capabilities.finish(ok, record.as_ref()).await
+    }
+
+    /// What the outbox records of this call; none without the outbox or a message id.
+    fn outbox_record(&self) -> Option<Record> {
+        let meta = &self.input.meta;
+        if !self.input.granted.outbox {
+            return None;
+        }
+        let id = meta.message_id.as_deref().filter(|id| !id.is_empty())?;
+        let correlation = meta.correlation_id.as_deref().unwrap_or(id);
+        Some(Record {
+            queue: meta.queue.clone(),
+            message_id: id.to_string(),
+            messages: self
+                .pending
+                .publishes
+                .iter()
+                .map(|p| p.to_outgoing(correlation))
+                .collect(),
+        })
     }
 
     /// Moves captured stdout/stderr into the log buffer and hands over the call's output.

@@ -3,6 +3,7 @@
 //! with the command that starts it). Every test works on tables of its own name.
 
 mod mysql;
+mod outbox;
 mod postgres;
 mod scenarios;
 mod sqlite;

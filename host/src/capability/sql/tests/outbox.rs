@@ -1,0 +1,119 @@
+//! The outbox tables on each backend: created on first use, a record commits with the
+//! message's effects or not at all, a second record of one message id is a duplicate whose
+//! effects are undone, unsent messages come back until marked, old records are pruned.
+
+use std::time::Duration;
+
+use super::super::outbox::{Outgoing, Record, RecordError, now_ms};
+use super::{Ctx, MYSQL_URL, POSTGRES_URL, open, require_server, unique};
+use crate::config::SqlKind;
+use crate::wit::worker::plugin::sql::{Host as _, Value};
+
+fn outgoing(key: &str) -> Outgoing {
+    Outgoing {
+        exchange: "ex".into(),
+        routing_key: key.into(),
+        properties: "{}".into(),
+        body: vec![0, 1, 2, 255],
+    }
+}
+
+async fn scenario(ctx: &Ctx) {
+    let queue = unique("q");
+    let t = unique("ob_rows");
+    ctx.db.outbox_ready().await.expect("outbox tables");
+    ctx.db.outbox_ready().await.expect("a second time");
+    ctx.exec(&format!("CREATE TABLE {t} (id VARCHAR(64))"))
+        .await;
+    let insert = format!("INSERT INTO {t} (id) VALUES ({})", ctx.p(1));
+    let record = |id: &str| Record {
+        queue: queue.clone(),
+        message_id: id.into(),
+        messages: vec![outgoing("a"), outgoing("b")],
+    };
+    let handle = |id: &'static str, ok: bool| {
+        let insert = insert.clone();
+        let record = record(id);
+        async move {
+            let mut m = ctx.message(Duration::from_secs(10));
+            m.execute(insert, vec![Value::Text(id.into())])
+                .await
+                .expect("insert");
+            m.finish_recorded(ok, Some(&record)).await
+        }
+    };
+    assert_eq!(handle("m-1", true).await, Ok(()));
+    assert_eq!(ctx.count(&t).await, 1);
+    let unsent = ctx
+        .db
+        .handled(&queue, "m-1")
+        .await
+        .expect("handled")
+        .expect("recorded");
+    assert_eq!(unsent.iter().map(|u| u.n).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(unsent[1].message, outgoing("b"));
+
+    assert_eq!(handle("m-1", true).await, Err(RecordError::Duplicate));
+    assert_eq!(ctx.count(&t).await, 1, "a duplicate's effects are undone");
+    assert_eq!(handle("m-2", false).await, Ok(()));
+    assert_eq!(
+        ctx.db.handled(&queue, "m-2").await,
+        Ok(None),
+        "not ok: no record"
+    );
+    assert_eq!(ctx.count(&t).await, 1);
+
+    let later = now_ms() + 60_000;
+    assert_eq!(
+        ctx.db
+            .unsent(&queue, later, 10)
+            .await
+            .expect("unsent")
+            .len(),
+        2
+    );
+    assert_eq!(
+        ctx.db.prune(&queue, later, 10).await,
+        Ok(0),
+        "unsent records stay"
+    );
+    ctx.db
+        .mark_sent(&queue, "m-1", &[1, 2])
+        .await
+        .expect("mark");
+    assert_eq!(ctx.db.handled(&queue, "m-1").await, Ok(Some(vec![])));
+    assert!(
+        ctx.db
+            .unsent(&queue, later, 10)
+            .await
+            .expect("unsent")
+            .is_empty()
+    );
+    assert_eq!(
+        ctx.db.prune(&queue, now_ms() - 60_000, 10).await,
+        Ok(0),
+        "too young"
+    );
+    assert_eq!(ctx.db.prune(&queue, later, 10).await, Ok(1));
+    assert_eq!(ctx.db.handled(&queue, "m-1").await, Ok(None));
+    ctx.exec(&format!("DROP TABLE {t}")).await;
+}
+
+#[tokio::test]
+async fn sqlite_outbox() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/outbox.db", dir.path().display());
+    scenario(&open(SqlKind::Sqlite, &url, Some(dir)).await).await;
+}
+
+#[tokio::test]
+async fn postgres_outbox() {
+    require_server(SqlKind::Postgres, POSTGRES_URL, "service postgresql start").await;
+    scenario(&open(SqlKind::Postgres, POSTGRES_URL, None).await).await;
+}
+
+#[tokio::test]
+async fn mysql_outbox() {
+    require_server(SqlKind::MySql, MYSQL_URL, "service mariadb start").await;
+    scenario(&open(SqlKind::MySql, MYSQL_URL, None).await).await;
+}
