@@ -176,9 +176,11 @@ impl Database {
 
     /// A connection in a transaction of its own, for work outside any message.
     async fn begun(&self, deadline: Instant) -> Result<Conn, String> {
-        self.connected(deadline, First::Begin)
-            .await
-            .map_err(|f| self.describe(&f))
+        self.connected(deadline, First::Begin).await.map_err(|f| {
+            // Down for the outbox is down for `/readyz` too.
+            self.health(Some(&f));
+            self.describe(&f)
+        })
     }
 
     async fn commit_now(&self, conn: Conn) -> Result<(), String> {
