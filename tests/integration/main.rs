@@ -11,6 +11,7 @@ mod descriptors;
 mod failed;
 mod faults;
 mod forwarder;
+mod orders;
 mod plugins;
 mod poison;
 mod raw_amqp;
