@@ -104,11 +104,14 @@ impl Conn {
         self.busy
     }
 
-    /// Begins the message's transaction; `remaining` is the handler's time left.
-    pub async fn begin(&mut self, remaining: Duration) -> Result<(), sqlx::Error> {
+    /// Begins the message's transaction; `remaining` is the handler's time left. On SQLite a
+    /// transaction that will write takes the write lock now (`write`), so it never fails later
+    /// for want of it; one that only reads does not wait for writers.
+    pub async fn begin(&mut self, remaining: Duration, write: bool) -> Result<(), sqlx::Error> {
         self.clean = false;
         let statement = match self.link {
-            Link::Sqlite(_) => "BEGIN IMMEDIATE".to_string(),
+            Link::Sqlite(_) if write => "BEGIN IMMEDIATE".to_string(),
+            Link::Sqlite(_) => "BEGIN".to_string(),
             Link::Postgres(_) => {
                 // 0 would mean no limit; the host's own timeout stays the precise one.
                 let ms = remaining.as_millis().clamp(1, i32::MAX as u128);

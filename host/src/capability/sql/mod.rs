@@ -119,9 +119,9 @@ impl Database {
             loop {
                 let mut conn = self.pool.acquire().await.map_err(|e| classify(&e))?;
                 let started = match first {
-                    First::Begin => {
+                    First::Begin | First::Read => {
                         let remaining = deadline.saturating_duration_since(Instant::now());
-                        conn.begin(remaining).await
+                        conn.begin(remaining, matches!(first, First::Begin)).await
                     }
                     First::Ping => conn.ping().await,
                 };
@@ -180,6 +180,8 @@ impl Database {
 #[derive(Clone, Copy)]
 enum First {
     Begin,
+    /// A transaction that only reads.
+    Read,
     Ping,
 }
 

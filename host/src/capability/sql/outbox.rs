@@ -142,7 +142,7 @@ impl Database {
 
     async fn migrate(&self) -> Result<(), String> {
         let all = migrations(self.kind());
-        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT).await?;
+        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, true).await?;
         for statement in &all[0][..1] {
             run(&mut conn, statement, vec![], Want::Affected).await?;
         }
@@ -174,9 +174,11 @@ impl Database {
         self.commit_now(conn).await
     }
 
-    /// A connection in a transaction of its own, for work outside any message.
-    async fn begun(&self, deadline: Instant) -> Result<Conn, String> {
-        self.connected(deadline, First::Begin).await.map_err(|f| {
+    /// A connection in a transaction of its own, for work outside any message (`write`: it
+    /// will write).
+    async fn begun(&self, deadline: Instant, write: bool) -> Result<Conn, String> {
+        let first = if write { First::Begin } else { First::Read };
+        self.connected(deadline, first).await.map_err(|f| {
             // Down for the outbox is down for `/readyz` too.
             self.health(Some(&f));
             self.describe(&f)
@@ -251,7 +253,7 @@ impl Database {
         message_id: &str,
     ) -> Result<Option<Vec<Unsent>>, String> {
         self.outbox_ready().await?;
-        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT).await?;
+        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, false).await?;
         let key = || {
             vec![
                 Value::Text(queue.to_string()),
@@ -292,7 +294,7 @@ impl Database {
         if ns.is_empty() {
             return Ok(());
         }
-        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT).await?;
+        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, true).await?;
         let list = (0..ns.len())
             .map(|i| self.p(i + 4))
             .collect::<Vec<_>>()
@@ -322,7 +324,7 @@ impl Database {
         limit: u32,
     ) -> Result<Vec<(String, Unsent)>, String> {
         self.outbox_ready().await?;
-        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT).await?;
+        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, false).await?;
         let select = format!(
             "SELECT o.message_id, o.n, o.exchange, o.routing_key, o.properties, o.body \
              FROM worker_outbox o JOIN worker_inbox i \
@@ -352,7 +354,7 @@ impl Database {
         batch: u32,
     ) -> Result<u64, String> {
         self.outbox_ready().await?;
-        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT).await?;
+        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, true).await?;
         // The oldest records first; MySQL takes no LIMIT in an IN subquery, so ids are read
         // and deleted by key.
         let select = format!(
