@@ -262,12 +262,6 @@ if [[ ${#component_crates[@]} -gt 0 ]]; then
     done
 fi
 
-# --- Python plugins -------------------------------------------------------------------------
-# Not built yet: folders with app.py (componentize-py) will be built here, into COMPONENTS.
-
-# --- JavaScript plugins ---------------------------------------------------------------------
-# Not built yet: folders with app.js (componentize-js) will be built here, into COMPONENTS.
-
 # --- C plugins ------------------------------------------------------------------------------
 CLANG=""
 for dir in "$PLUGINS"/*/; do

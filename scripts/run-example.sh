@@ -8,8 +8,9 @@ source scripts/rust.sh
 
 ensure_cargo
 ensure_broker
-for wasm in plugins/user_monitor.wasm plugins/order_close.wasm plugins/flaky.wasm \
-  plugins/demo_rust.wasm plugins/demo_python.wasm plugins/demo_js.wasm; do
+for wasm in plugins/user_monitor.wasm plugins/flaky.wasm \
+  plugins/demo_rust.wasm plugins/demo_python.wasm plugins/demo_js.wasm \
+  plugins/order_service.wasm plugins/stock_service.wasm; do
   [ -f "$wasm" ] || { scripts/build-plugins.sh; break; }
 done
 exec cargo run --release --locked -p worker-host -- run -c worker.toml "$@"

@@ -41,9 +41,10 @@ fn check_accepts_the_example_config_and_compiles_its_plugins() {
     assert!(stdout.contains("worker.toml: ok"), "{stdout}");
     for plugin in [
         "user_monitor.wasm",
-        "order_close.wasm",
         "flaky.wasm",
         "c_echo.wasm",
+        "order_service.wasm",
+        "stock_service.wasm",
     ] {
         assert!(stdout.contains(&format!("plugin {plugin} ok")), "{stdout}");
     }
