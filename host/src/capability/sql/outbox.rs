@@ -253,7 +253,9 @@ impl Database {
         message_id: &str,
     ) -> Result<Option<Vec<Unsent>>, String> {
         self.outbox_ready().await?;
-        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, false).await?;
+        let mut conn = self
+            .begun(Instant::now() + OPERATION_TIMEOUT, false)
+            .await?;
         let key = || {
             vec![
                 Value::Text(queue.to_string()),
@@ -324,7 +326,9 @@ impl Database {
         limit: u32,
     ) -> Result<Vec<(String, Unsent)>, String> {
         self.outbox_ready().await?;
-        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, false).await?;
+        let mut conn = self
+            .begun(Instant::now() + OPERATION_TIMEOUT, false)
+            .await?;
         let select = format!(
             "SELECT o.message_id, o.n, o.exchange, o.routing_key, o.properties, o.body \
              FROM worker_outbox o JOIN worker_inbox i \
