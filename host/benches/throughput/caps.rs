@@ -1,7 +1,9 @@
 //! (k) What one capability call adds per message, end to end: worker-host with cap_probe.wasm
 //! (a component that runs the steps in its body) doing nothing, then one kv get+set (embedded,
-//! Redis) and one SQL insert (SQLite, PostgreSQL) per message. The cost is the difference of the
-//! time per message against the do-nothing run of the same round.
+//! Redis) and one SQL insert (SQLite, PostgreSQL) per message, then the same insert with
+//! `outbox = true` (every message has an id, so each is recorded). The cost is the difference of
+//! the time per message against the do-nothing run of the same round; an outbox row also shows
+//! its rate against the plain insert on the same database.
 
 use super::*;
 
@@ -16,9 +18,16 @@ struct Case {
     setup: Option<String>,
     /// The body of every measured message.
     body: String,
-    /// Run once after (dropping the table).
+    /// Run once after (dropping the table); `{queue}` stands for the measured queue.
     cleanup: Option<String>,
+    /// The row this one is compared with (the plain insert, for an outbox row).
+    plain: Option<&'static str>,
 }
+
+const SQLITE: &str = "[sql.bench]\nurl = \"sqlite:bench.db\"\n";
+const POSTGRES: &str = "[sql.bench]\nurl = \"postgres://postgres@127.0.0.1:5432/test\"\n";
+const SQL_SQLITE: &str = "SQL insert, SQLite";
+const SQL_POSTGRES: &str = "SQL insert, PostgreSQL";
 
 fn script(steps: &str) -> String {
     format!(r#"{{"steps":[{steps}],"answer":"ok","on_error":"fail"}}"#)
@@ -35,6 +44,10 @@ fn cases(table: &str) -> Vec<Case> {
     let drop = script(&format!(
         r#"{{"sql":"execute","statement":"DROP TABLE {table}"}}"#
     ));
+    // The outbox's own rows for the queue go too (the shared test database keeps no leftovers).
+    let drop_recorded = script(&format!(
+        r#"{{"sql":"execute","statement":"DROP TABLE {table}"}},{{"sql":"execute","statement":"DELETE FROM worker_inbox WHERE queue = '{{queue}}'"}}"#
+    ));
     let redis_prefix = table.replace('_', "-");
     vec![
         Case {
@@ -44,6 +57,7 @@ fn cases(table: &str) -> Vec<Case> {
             setup: None,
             body: script(""),
             cleanup: None,
+            plain: None,
         },
         Case {
             name: "kv get+set, embedded (redb)",
@@ -52,6 +66,7 @@ fn cases(table: &str) -> Vec<Case> {
             setup: None,
             body: script(kv_steps),
             cleanup: None,
+            plain: None,
         },
         Case {
             name: "kv get+set, Redis",
@@ -63,27 +78,49 @@ fn cases(table: &str) -> Vec<Case> {
             cleanup: Some(script(&format!(
                 r#"{{"kv":"delete","key":"{redis_prefix}"}}"#
             ))),
+            plain: None,
         },
         Case {
-            name: "SQL insert, SQLite",
-            sections: "[sql.bench]\nurl = \"sqlite:bench.db\"\n".into(),
+            name: SQL_SQLITE,
+            sections: SQLITE.into(),
             grant: "sql = \"bench\"\n",
             setup: Some(create.clone()),
             body: insert.clone(),
             cleanup: None,
+            plain: None,
         },
         Case {
-            name: "SQL insert, PostgreSQL",
-            sections: "[sql.bench]\nurl = \"postgres://postgres@127.0.0.1:5432/test\"\n".into(),
+            name: SQL_POSTGRES,
+            sections: POSTGRES.into(),
             grant: "sql = \"bench\"\n",
+            setup: Some(create.clone()),
+            body: insert.clone(),
+            cleanup: Some(drop),
+            plain: None,
+        },
+        Case {
+            name: "SQL insert + outbox, SQLite",
+            sections: SQLITE.into(),
+            grant: "sql = \"bench\"\noutbox = true\n",
+            setup: Some(create.clone()),
+            body: insert.clone(),
+            cleanup: None,
+            plain: Some(SQL_SQLITE),
+        },
+        Case {
+            name: "SQL insert + outbox, PostgreSQL",
+            sections: POSTGRES.into(),
+            grant: "sql = \"bench\"\noutbox = true\n",
             setup: Some(create),
             body: insert,
-            cleanup: Some(drop),
+            cleanup: Some(drop_recorded),
+            plain: Some(SQL_POSTGRES),
         },
     ]
 }
 
-/// Runs every case `runs` times (interleaved) and prints msgs/s and the added time per message.
+/// Runs every case `runs` times (interleaved) and prints msgs/s, the added time per message and,
+/// for an outbox row, its rate over the plain insert's on the same database.
 pub(crate) async fn bench(bin: &Path, probe: &Path, n: u64, runs: usize) {
     assert!(
         probe.exists(),
@@ -102,20 +139,28 @@ pub(crate) async fn bench(bin: &Path, probe: &Path, n: u64, runs: usize) {
         }
         eprintln!("capability run {} done", run + 1);
     }
-    let names: Vec<&str> = cases("t").iter().map(|c| c.name).collect();
+    let cases = cases("t");
+    let rate_of = |name: &str| {
+        let i = cases.iter().position(|c| c.name == name);
+        median(rates[i.expect("a case's plain row is a case")].clone())
+    };
     let base = median(rates[0].clone());
     println!();
     println!(
         "(k) capability cost per message (cap_probe.wasm, concurrency 8, {n} messages, median of {runs})"
     );
     println!(
-        "{:<40} {:>10} {:>16}",
-        "per message", "msgs/s", "added µs/msg"
+        "{:<40} {:>10} {:>16} {:>14}",
+        "per message", "msgs/s", "added µs/msg", "vs plain SQL"
     );
-    for (name, r) in names.iter().zip(&rates) {
-        let rate = median(r.clone());
+    for (case, r) in cases.iter().zip(&rates) {
+        let (name, rate) = (case.name, median(r.clone()));
         let added = (1.0 / rate - 1.0 / base) * 1e6;
-        println!("{name:<40} {rate:>10.0} {added:>16.1}");
+        let vs = case
+            .plain
+            .map(|plain| format!("{:.2}", rate / rate_of(plain)))
+            .unwrap_or_default();
+        println!("{name:<40} {rate:>10.0} {added:>16.1} {vs:>14}");
     }
 }
 
@@ -134,16 +179,25 @@ async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> f64 {
     {
         let host = start_host_with(bin, &plugin, std::slice::from_ref(&queue), &prefix, &extra);
         wait_ready(&host.admin).await;
+        // Setup and cleanup carry no message id: the outbox does not record them.
         if let Some(setup) = &case.setup {
-            fill(&ch, &queue, 1, setup.as_bytes()).await;
+            fill_with(&ch, &queue, 1, setup.as_bytes(), false).await;
             wait_handled(&host.admin, 1).await;
         }
     }
     fill(&ch, &queue, n, case.body.as_bytes()).await;
     let host = start_host_with(bin, &plugin, std::slice::from_ref(&queue), &prefix, &extra);
     let rate = consume_rate(&host.admin, n).await;
+    if case.grant.contains("outbox") {
+        // Every measured message was recorded: none went without an id, none was a duplicate.
+        for name in ["worker_outbox_without_id_total", "worker_duplicates_total"] {
+            let count = counter(&host.admin, name).await;
+            assert_eq!(count, 0, "{}: {name} = {count}", case.name);
+        }
+    }
     if let Some(cleanup) = &case.cleanup {
-        fill(&ch, &queue, 1, cleanup.as_bytes()).await;
+        let cleanup = cleanup.replace("{queue}", &queue);
+        fill_with(&ch, &queue, 1, cleanup.as_bytes(), false).await;
         wait_handled(&host.admin, n + 1).await;
     }
     drop(host);
@@ -151,6 +205,15 @@ async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> f64 {
     let _ = conn.close(200, "bye".into()).await;
     let _ = std::fs::remove_dir_all(&state);
     rate
+}
+
+/// Sum of the samples of counter `name` on the host's /metrics.
+async fn counter(admin: &str, name: &str) -> u64 {
+    let text = http_get(admin, "/metrics").await.expect("/metrics answers");
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 async fn wait_handled(admin: &str, n: u64) {

@@ -1,0 +1,265 @@
+//! The worker-host process under test: its worker.toml, starting and stopping it, and what it
+//! reports (ok count from /metrics, readiness, RSS); (b)–(d) and the idle RSS run here.
+
+use super::*;
+
+pub(super) enum Plugin<'a> {
+    Wat(&'a str),
+    File(&'a Path),
+}
+
+pub(super) struct Host {
+    pub(super) child: Child,
+    dir: PathBuf,
+    pub(super) admin: String,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// worker.toml lines a scenario adds: top-level tables, and lines of each subscription.
+#[derive(Default)]
+pub(super) struct Extra {
+    pub(super) sections: String,
+    pub(super) subscription: String,
+}
+
+fn start_host(bin: &Path, plugin: &Plugin<'_>, queues: &[String], prefix: &str) -> Host {
+    start_host_with(bin, plugin, queues, prefix, &Extra::default())
+}
+
+pub(super) fn start_host_with(
+    bin: &Path,
+    plugin: &Plugin<'_>,
+    queues: &[String],
+    prefix: &str,
+    extra: &Extra,
+) -> Host {
+    let dir = std::env::temp_dir().join(unique("bench-host"));
+    std::fs::create_dir_all(dir.join("plugins")).expect("dir");
+    let bytes = match plugin {
+        Plugin::Wat(text) => wat::parse_str(text).expect("wat"),
+        Plugin::File(path) => std::fs::read(path)
+            .unwrap_or_else(|e| panic!("{}: {e} (scripts/build-plugins.sh)", path.display())),
+    };
+    std::fs::write(dir.join("plugins/p.wasm"), bytes).expect("plugin");
+    let port = free_port();
+    let mut toml = format!(
+        "[broker]\nurl = \"{URL}\"\n[admin]\nlisten = \"127.0.0.1:{port}\"\n\
+         [exchanges]\nmaster = \"{prefix}.master\"\nretry = \"{prefix}.retry\"\nfailed = \"{prefix}.failed\"\n\
+         [defaults]\nprefetch = {PREFETCH}\nconcurrency = 8\nretry_delays = [\"1ms\"]\n{}",
+        extra.sections
+    );
+    for q in queues {
+        toml.push_str(&format!(
+            "[[subscription]]\nqueue = \"{q}\"\nplugin = \"p.wasm\"\nbindings = []\n{}",
+            extra.subscription
+        ));
+    }
+    std::fs::write(dir.join("worker.toml"), toml).expect("toml");
+    let child = Command::new(bin)
+        .args(["run", "-c"])
+        .arg(dir.join("worker.toml"))
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start worker-host");
+    Host {
+        child,
+        dir,
+        admin: format!("127.0.0.1:{port}"),
+    }
+}
+
+pub(super) async fn http_get(addr: &str, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some(out)
+}
+
+/// Sum of `worker_messages_total` samples with outcome="ok".
+pub(super) async fn handled_ok(addr: &str) -> Option<u64> {
+    let text = http_get(addr, "/metrics").await?;
+    Some(
+        text.lines()
+            .filter(|l| l.starts_with("worker_messages_total{") && l.contains("outcome=\"ok\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64,
+    )
+}
+
+fn rss_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+pub(super) async fn wait_ready(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(r) = http_get(addr, "/readyz").await
+            && (r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "worker-host not ready after 30s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `perf record` attached to the measured host when `WORKER_BENCH_PERF` names an output prefix
+/// (`<prefix>-<scenario>.data`); extra options in `WORKER_BENCH_PERF_ARGS`
+/// (default `-F 999 -g`). Stopped with SIGINT so it writes a complete file.
+fn start_perf(pid: u32, scenario: char) -> Option<Child> {
+    let prefix = std::env::var("WORKER_BENCH_PERF").ok()?;
+    let extra = std::env::var("WORKER_BENCH_PERF_ARGS").unwrap_or_else(|_| "-F 999 -g".into());
+    let child = Command::new("perf")
+        .arg("record")
+        .args(extra.split_whitespace())
+        .args([
+            "-p",
+            &pid.to_string(),
+            "-o",
+            &format!("{prefix}-{scenario}.data"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("perf record");
+    std::thread::sleep(Duration::from_millis(300)); // let it attach before the count starts
+    Some(child)
+}
+
+fn stop_perf(perf: Option<Child>) {
+    if let Some(mut perf) = perf {
+        let _ = Command::new("kill")
+            .args(["-INT", &perf.id().to_string()])
+            .status();
+        let _ = perf.wait();
+    }
+}
+
+/// (b)–(d): the host consumes a pre-filled queue; msgs/s (ok answers) from the first ok seen to
+/// the last, and the host's peak RSS (bytes).
+pub(super) async fn host(
+    bin: &Path,
+    plugin: Plugin<'_>,
+    n: u64,
+    body: &[u8],
+    scenario: char,
+) -> (f64, u64) {
+    let prefix = unique("bench-host");
+    let queue = format!("{prefix}.q");
+    let conn = connect().await;
+    let ch = conn.create_channel().await.expect("channel");
+    // Let the host declare the topology first, then stop consuming by filling before it starts:
+    // run it once to declare, stop it, fill, start again.
+    {
+        let host = start_host(bin, &plugin, std::slice::from_ref(&queue), &prefix);
+        wait_ready(&host.admin).await;
+    }
+    fill(&ch, &queue, n, body).await;
+    let host = start_host(bin, &plugin, std::slice::from_ref(&queue), &prefix);
+    let perf = start_perf(host.child.id(), scenario);
+    let rate = consume_rate(&host.admin, n).await;
+    let rss = rss_kib(host.child.id(), "VmHWM:") * 1024;
+    stop_perf(perf);
+    drop(host);
+    remove_topology(&ch, &queue, &prefix).await;
+    let _ = conn.close(200, "bye".into()).await;
+    (rate, rss)
+}
+
+/// Waits until the host has answered ok `n` times; msgs/s from the first ok seen to the last.
+pub(super) async fn consume_rate(admin: &str, n: u64) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut first: Option<(Instant, u64)> = None;
+    loop {
+        let done = handled_ok(admin).await.unwrap_or(0);
+        if done > 0 && first.is_none() {
+            first = Some((Instant::now(), done));
+        }
+        if done >= n {
+            let (t0, c0) = first.expect("set above");
+            let secs = t0.elapsed().as_secs_f64();
+            return if secs > 0.0 {
+                (n - c0) as f64 / secs
+            } else {
+                f64::NAN
+            };
+        }
+        assert!(
+            Instant::now() < deadline,
+            "worker-host handled {done}/{n} in 600s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Deletes a scenario's queues and exchanges.
+pub(super) async fn remove_topology(ch: &Channel, queue: &str, prefix: &str) {
+    for q in [
+        queue.to_string(),
+        format!("{queue}@failed"),
+        format!("{queue}@retry.1ms"),
+    ] {
+        let _ = ch
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    for e in ["master", "retry", "failed"] {
+        let _ = ch
+            .exchange_delete(format!("{prefix}.{e}").as_str().into(), Default::default())
+            .await;
+    }
+}
+
+/// RSS (bytes) of a host with `subs` idle subscriptions, once ready.
+pub(super) async fn idle_rss(bin: &Path, subs: usize) -> u64 {
+    let prefix = unique("bench-idle");
+    let queues: Vec<String> = (0..subs).map(|i| format!("{prefix}.q{i}")).collect();
+    let host = start_host(bin, &Plugin::Wat(OK_WAT), &queues, &prefix);
+    wait_ready(&host.admin).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss = rss_kib(host.child.id(), "VmRSS:") * 1024;
+    drop(host);
+    let conn = connect().await;
+    let ch = conn.create_channel().await.expect("channel");
+    for q in &queues {
+        for name in [q.clone(), format!("{q}@failed"), format!("{q}@retry.1ms")] {
+            let _ = ch
+                .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+    }
+    for e in ["master", "retry", "failed"] {
+        let _ = ch
+            .exchange_delete(format!("{prefix}.{e}").as_str().into(), Default::default())
+            .await;
+    }
+    let _ = conn.close(200, "bye".into()).await;
+    rss
+}
