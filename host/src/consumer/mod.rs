@@ -7,6 +7,7 @@
 mod acks;
 mod delivery;
 mod outbox;
+mod outgoing;
 mod settle;
 mod strikes;
 

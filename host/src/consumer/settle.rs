@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use futures_util::future::join_all;
 use lapin::{BasicProperties, Channel};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{debug, error, warn};
@@ -16,6 +15,7 @@ use tracing::{debug, error, warn};
 use super::acks::Acks;
 use super::delivery::{ChannelDeath, Received, identity};
 use super::outbox::{Check, Outbound};
+use super::outgoing::{Blame, input_correlation};
 use super::{Link, Subscriber};
 use crate::broker::{self, PERSISTENT, PublishError};
 use crate::delay::Delayer;
@@ -32,14 +32,6 @@ pub(super) struct Call<'a> {
     /// The consumer channel the delivery came on.
     pub channel: &'a Channel,
     pub death: &'a ChannelDeath,
-}
-
-/// Why a message's plugin publishes did not go out.
-enum Blame {
-    /// The broker refused this message's own publish: the message is retried with this cause.
-    Message(String),
-    /// The broker could not take them now: the message is requeued.
-    Broker(PublishError),
 }
 
 impl Subscriber {
@@ -343,106 +335,6 @@ impl Subscriber {
             }
         }
     }
-
-    /// Publishes what the plugin buffered, all at once, and waits for every confirm. Target
-    /// exchanges are checked first, so a missing one is blamed on this message alone.
-    async fn send_publishes(
-        &self,
-        link: &Link,
-        correlation: Option<&str>,
-        publishes: &[Outbound],
-    ) -> Result<(), Blame> {
-        if publishes.is_empty() {
-            return Ok(());
-        }
-        // Delayed publishes go to our own delay exchange; the mover checks their target.
-        for publish in publishes
-            .iter()
-            .map(|o| &o.publish)
-            .filter(|p| p.delay.is_none())
-        {
-            match link.publisher.check_exchange(&publish.exchange).await {
-                Ok(()) => {}
-                Err(err @ PublishError::ChannelClosed { .. }) => {
-                    return Err(Blame::Message(err.to_string()));
-                }
-                Err(err) => return Err(Blame::Broker(err)),
-            }
-        }
-        let shared = link
-            .publisher
-            .confirm_channel()
-            .await
-            .map_err(Blame::Broker)?;
-        let sends = publishes
-            .iter()
-            .map(|o| self.send_one(&shared, correlation, o));
-        for result in join_all(sends).await {
-            if let Err(err) = result {
-                // An exchange deleted since it was checked: check again on redelivery.
-                if matches!(err, PublishError::ChannelClosed { .. }) {
-                    link.publisher.forget_exchanges();
-                }
-                return Err(Blame::Broker(err));
-            }
-        }
-        Ok(())
-    }
-
-    /// Publishes one buffered message (through the delay levels when it has a delay).
-    async fn send_one(
-        &self,
-        channel: &Channel,
-        correlation: Option<&str>,
-        o: &Outbound,
-    ) -> Result<(), PublishError> {
-        let p = &o.publish;
-        let mut props = BasicProperties::default().with_delivery_mode(PERSISTENT);
-        if let Some(content_type) = &p.content_type {
-            props = props.with_content_type(content_type.as_str().into());
-        }
-        if !p.headers.is_empty() {
-            let mut headers = lapin::types::FieldTable::default();
-            for (name, value) in &p.headers {
-                headers.insert(name.as_str().into(), outcome::text(value));
-            }
-            props = props.with_headers(headers);
-        }
-        if let Some(id) = correlation {
-            props = props.with_correlation_id(id.into());
-        }
-        if let Some(id) = &o.message_id {
-            props = props.with_message_id(id.as_str().into());
-        }
-        let Some(delay) = p.delay else {
-            return broker::publish_confirmed(
-                channel,
-                &p.exchange,
-                &p.routing_key,
-                &p.body,
-                props,
-                false,
-            )
-            .await;
-        };
-        // The import refuses delays unless [delay] is configured.
-        let Some(delayer) = self.delayer.as_ref() else {
-            return Err(PublishError::Broken {
-                exchange: p.exchange.clone(),
-                text: "delayed publish without [delay]".into(),
-            });
-        };
-        delayer
-            .publish(channel, &p.exchange, &p.routing_key, &p.body, props, delay)
-            .await
-            .map_err(|err| match err.downcast_ref::<PublishError>() {
-                Some(err) => err.clone(),
-                None => PublishError::Broken {
-                    exchange: p.exchange.clone(),
-                    text: format!("{err:#}"),
-                },
-            })
-    }
 }
 
 /// Republishes to one of our own exchanges, mandatory. When it comes back unroutable or the
@@ -502,27 +394,5 @@ fn settled_as(decision: &Decision) -> Settled {
             reason: FailedReason::RetriesExhausted,
             ..
         } => Settled::RetriesExhausted,
-    }
-}
-
-/// The correlation id a plugin's publishes carry: the input's, else its message id.
-fn input_correlation(input: &Input) -> Option<String> {
-    let meta = &input.meta;
-    meta.correlation_id.clone().or(meta.message_id.clone())
-}
-
-impl Subscriber {
-    /// Publishes `list` (the outbox sweeper's way in), confirmed; the error as text.
-    pub(super) async fn send_outbound(
-        &self,
-        link: &Link,
-        correlation: Option<&str>,
-        list: &[Outbound],
-    ) -> Result<(), String> {
-        match self.send_publishes(link, correlation, list).await {
-            Ok(()) => Ok(()),
-            Err(Blame::Message(why)) => Err(why),
-            Err(Blame::Broker(err)) => Err(err.to_string()),
-        }
     }
 }

@@ -281,53 +281,6 @@ impl Capability for Instance {
 }
 
 impl Instance {
-    /// Ends the message as [`Capability::finish`] does, first writing `record` (the message
-    /// handled, what it published) into its transaction on ok, so both commit or neither.
-    pub(crate) async fn finish_recorded(
-        &mut self,
-        ok: bool,
-        record: Option<&outbox::Record>,
-    ) -> Result<(), outbox::RecordError> {
-        let (true, Some(record), Some(db)) = (ok, record, self.database.clone()) else {
-            return self.finish(ok).await.map_err(outbox::RecordError::Failed);
-        };
-        let deadline = self.deadline.take().unwrap_or_else(Instant::now);
-        // The handler may have used its time: recording gets what a commit gets.
-        let deadline = deadline.max(Instant::now() + COMMIT_MIN);
-        self.database = None;
-        let failed = |why: String| outbox::RecordError::Failed(why);
-        let mut conn = match std::mem::take(&mut self.tx) {
-            // The consumer has made the tables before the call (it looked the message up).
-            Tx::Open(conn) => conn,
-            Tx::Idle => db.connected(deadline, First::Begin).await.map_err(|f| {
-                failed(format!(
-                    "[sql.{}] {}",
-                    db.recorder.store(),
-                    error::message(&f.error)
-                ))
-            })?,
-            Tx::Lost(error) => {
-                return Err(failed(format!(
-                    "[sql.{}] {}",
-                    db.recorder.store(),
-                    error::message(&error)
-                )));
-            }
-        };
-        let written = match timeout_at(deadline.into(), db.write_record(&mut conn, record)).await {
-            Ok(written) => written,
-            Err(_) => Err(failed(format!(
-                "[sql.{}] recording the outbox timed out",
-                db.recorder.store()
-            ))),
-        };
-        if let Err(e) = written {
-            rollback(conn).await;
-            return Err(e);
-        }
-        commit(&db, conn, deadline).await.map_err(failed)
-    }
-
     /// The error that lost the message's transaction, if one did.
     fn lost(&self) -> Option<&sql::SqlError> {
         match &self.tx {

@@ -9,65 +9,16 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::OnceCell;
-
 use super::backend::{Conn, Output, Want};
 use super::error::{self, Failure};
-use super::{Database, First, commit, rollback};
+use super::{COMMIT_MIN, Database, First, Instance, Tx, commit, rollback};
+use crate::capability::Capability as _;
 use crate::config::SqlKind;
 use crate::wit::worker::plugin::sql::{Rows, SqlError, Value};
 
-/// The migrations, in order; the schema's version is the number applied. Every statement is
-/// idempotent, so two hosts starting at once both succeed.
-fn migrations(kind: SqlKind) -> Vec<Vec<&'static str>> {
-    let v1 = match kind {
-        SqlKind::MySql => vec![
-            "CREATE TABLE IF NOT EXISTS worker_outbox_schema (version INTEGER NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS worker_inbox (queue VARCHAR(255) NOT NULL, \
-             message_id VARCHAR(255) NOT NULL, handled_at BIGINT NOT NULL, \
-             PRIMARY KEY (queue, message_id), INDEX worker_inbox_handled (handled_at))",
-            "CREATE TABLE IF NOT EXISTS worker_outbox (queue VARCHAR(255) NOT NULL, \
-             message_id VARCHAR(255) NOT NULL, n INTEGER NOT NULL, \
-             exchange VARCHAR(255) NOT NULL, routing_key VARCHAR(255) NOT NULL, \
-             properties TEXT NOT NULL, body LONGBLOB NOT NULL, sent_at BIGINT NULL, \
-             PRIMARY KEY (queue, message_id, n), INDEX worker_outbox_sent (sent_at))",
-        ],
-        SqlKind::Postgres | SqlKind::Sqlite => {
-            let blob = if kind == SqlKind::Postgres {
-                "BYTEA"
-            } else {
-                "BLOB"
-            };
-            let outbox: &'static str = if kind == SqlKind::Postgres {
-                OUTBOX_TABLE_PG
-            } else {
-                OUTBOX_TABLE_SQLITE
-            };
-            debug_assert!(outbox.contains(blob));
-            vec![
-                "CREATE TABLE IF NOT EXISTS worker_outbox_schema (version INTEGER NOT NULL)",
-                "CREATE TABLE IF NOT EXISTS worker_inbox (queue VARCHAR(255) NOT NULL, \
-                 message_id VARCHAR(255) NOT NULL, handled_at BIGINT NOT NULL, \
-                 PRIMARY KEY (queue, message_id))",
-                "CREATE INDEX IF NOT EXISTS worker_inbox_handled ON worker_inbox (handled_at)",
-                outbox,
-                "CREATE INDEX IF NOT EXISTS worker_outbox_sent ON worker_outbox (sent_at)",
-            ]
-        }
-    };
-    vec![v1]
-}
+mod schema;
 
-const OUTBOX_TABLE_PG: &str = "CREATE TABLE IF NOT EXISTS worker_outbox (\
-     queue VARCHAR(255) NOT NULL, message_id VARCHAR(255) NOT NULL, n INTEGER NOT NULL, \
-     exchange VARCHAR(255) NOT NULL, routing_key VARCHAR(255) NOT NULL, \
-     properties TEXT NOT NULL, body BYTEA NOT NULL, sent_at BIGINT NULL, \
-     PRIMARY KEY (queue, message_id, n))";
-const OUTBOX_TABLE_SQLITE: &str = "CREATE TABLE IF NOT EXISTS worker_outbox (\
-     queue VARCHAR(255) NOT NULL, message_id VARCHAR(255) NOT NULL, n INTEGER NOT NULL, \
-     exchange VARCHAR(255) NOT NULL, routing_key VARCHAR(255) NOT NULL, \
-     properties TEXT NOT NULL, body BLOB NOT NULL, sent_at BIGINT NULL, \
-     PRIMARY KEY (queue, message_id, n))";
+pub(in crate::capability::sql) use schema::Schema;
 
 /// How long one outbox operation outside a message may take.
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -107,10 +58,6 @@ pub(crate) enum RecordError {
     Failed(String),
 }
 
-/// The schema's state in one database: migrated once per process.
-#[derive(Default)]
-pub(super) struct Schema(OnceCell<()>);
-
 /// Milliseconds since the Unix epoch, the outbox's clock.
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
@@ -129,49 +76,6 @@ impl Database {
             SqlKind::Postgres => format!("${n}"),
             _ => "?".to_string(),
         }
-    }
-
-    /// Creates or upgrades the outbox tables, once per process; an error is retried next time.
-    pub(crate) async fn outbox_ready(&self) -> Result<(), String> {
-        self.outbox_schema
-            .0
-            .get_or_try_init(|| self.migrate())
-            .await
-            .map(drop)
-    }
-
-    async fn migrate(&self) -> Result<(), String> {
-        let all = migrations(self.kind());
-        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, true).await?;
-        for statement in &all[0][..1] {
-            run(&mut conn, statement, vec![], Want::Affected).await?;
-        }
-        let rows = rows(
-            run(
-                &mut conn,
-                "SELECT MAX(version) FROM worker_outbox_schema",
-                vec![],
-                Want::Rows,
-            )
-            .await?,
-        );
-        let current = rows
-            .first()
-            .and_then(|r| r.first())
-            .and_then(int)
-            .unwrap_or(0)
-            .max(0) as usize;
-        for (i, statements) in all.iter().enumerate().skip(current) {
-            for statement in statements {
-                run(&mut conn, statement, vec![], Want::Affected).await?;
-            }
-            let insert = format!(
-                "INSERT INTO worker_outbox_schema (version) VALUES ({})",
-                i + 1
-            );
-            run(&mut conn, &insert, vec![], Want::Affected).await?;
-        }
-        self.commit_now(conn).await
     }
 
     /// A connection in a transaction of its own, for work outside any message (`write`: it
@@ -456,4 +360,58 @@ fn unsent_of(row: &[Value]) -> Result<Unsent, String> {
             body,
         },
     })
+}
+
+impl Instance {
+    /// Ends the message as [`Capability::finish`] does, first writing `record` (the message
+    /// handled, what it published) into its transaction on ok, so both commit or neither.
+    pub(crate) async fn finish_recorded(
+        &mut self,
+        ok: bool,
+        record: Option<&Record>,
+    ) -> Result<(), RecordError> {
+        let (true, Some(record), Some(db)) = (ok, record, self.database.clone()) else {
+            return self.finish(ok).await.map_err(RecordError::Failed);
+        };
+        let deadline = self.deadline.take().unwrap_or_else(Instant::now);
+        // The handler may have used its time: recording gets what a commit gets.
+        let deadline = deadline.max(Instant::now() + COMMIT_MIN);
+        self.database = None;
+        let failed = |why: String| RecordError::Failed(why);
+        let mut conn = match std::mem::take(&mut self.tx) {
+            // The consumer has made the tables before the call (it looked the message up).
+            Tx::Open(conn) => conn,
+            Tx::Idle => db.connected(deadline, First::Begin).await.map_err(|f| {
+                failed(format!(
+                    "[sql.{}] {}",
+                    db.recorder.store(),
+                    error::message(&f.error)
+                ))
+            })?,
+            Tx::Lost(error) => {
+                return Err(failed(format!(
+                    "[sql.{}] {}",
+                    db.recorder.store(),
+                    error::message(&error)
+                )));
+            }
+        };
+        let written = match tokio::time::timeout_at(
+            deadline.into(),
+            db.write_record(&mut conn, record),
+        )
+        .await
+        {
+            Ok(written) => written,
+            Err(_) => Err(failed(format!(
+                "[sql.{}] recording the outbox timed out",
+                db.recorder.store()
+            ))),
+        };
+        if let Err(e) = written {
+            rollback(conn).await;
+            return Err(e);
+        }
+        commit(&db, conn, deadline).await.map_err(failed)
+    }
 }
