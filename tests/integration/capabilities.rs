@@ -10,6 +10,7 @@ mod db;
 mod http;
 mod kv;
 mod outbox;
+mod pause;
 mod restart;
 mod sql;
 mod support;

@@ -132,9 +132,24 @@ pub struct Subscription {
     pub instance: InstanceMode,
     /// Messages one reused instance serves before it is replaced.
     pub instance_max_messages: u32,
+    /// `pause_after` / `pause_for`: stop taking deliveries after that many answers in a row
+    /// that are not ok; none when off.
+    pub pause: Option<Pause>,
     /// Outbound HTTP, key-value store and SQL database (components only).
     pub grants: Grants,
 }
+
+/// When a subscription pauses, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pause {
+    /// Answers in a row that are not ok.
+    pub after: u32,
+    /// How long it takes no deliveries before it tries one message.
+    pub pause_for: Duration,
+}
+
+/// `pause_for` when unset.
+pub const DEFAULT_PAUSE_FOR: Duration = Duration::from_secs(30);
 
 /// One retry delay; the text is kept because it names the retry queue.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

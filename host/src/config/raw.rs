@@ -8,7 +8,7 @@ use toml::Spanned;
 
 use super::units::{
     BrokerUrl, ByteSize, Concurrency, DelayLevels, DurationText, InstanceMaxMessages, MaxLength,
-    MaxRetries, Name, Prefetch, RoutingKey,
+    MaxRetries, Name, PauseAfter, Prefetch, RoutingKey,
 };
 use super::{ExchangeType, InstanceMode, QueueType};
 
@@ -128,6 +128,8 @@ macro_rules! with_settings {
             pub publish: Option<Vec<Spanned<Name>>>,
             pub instance: Option<InstanceMode>,
             pub instance_max_messages: Option<InstanceMaxMessages>,
+            pub pause_after: Option<PauseAfter>,
+            pub pause_for: Option<Spanned<DurationText>>,
             pub http_max_response: Option<Spanned<ByteSize>>,
         }
     };

@@ -195,6 +195,10 @@ bounded!(
     InstanceMaxMessages(u32), "instance_max_messages", 1, 1_000_000
 );
 bounded!(
+    /// Answers in a row that are not ok before a subscription pauses.
+    PauseAfter(u32), "pause_after", 1, 1_000_000
+);
+bounded!(
     /// x-max-length of a queue.
     MaxLength(u64), "max_length", 0, i64::MAX
 );

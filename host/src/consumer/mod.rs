@@ -8,6 +8,7 @@ mod acks;
 mod delivery;
 mod outbox;
 mod outgoing;
+mod pause;
 mod settle;
 mod strikes;
 
@@ -15,6 +16,7 @@ use std::sync::Arc;
 
 use self::acks::Acks;
 use self::delivery::ChannelDeath;
+use self::pause::{Breaker, Turn};
 use self::strikes::Strikes;
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
@@ -27,7 +29,7 @@ use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::debug;
+use tracing::{debug, info, warn};
 
 use crate::broker::{self, Publisher};
 use crate::capability::Granted;
@@ -65,6 +67,8 @@ pub struct Subscriber {
     /// When this subscriber was made (Unix ms): outbox records older than this that are
     /// still unsent were left by an earlier process.
     started_ms: i64,
+    /// Counts answers that are not ok in a row (`pause_after`).
+    breaker: Breaker,
 }
 
 impl Subscriber {
@@ -94,6 +98,8 @@ impl Subscriber {
             },
         };
         let metrics = metrics.for_queue(&sub.queue);
+        metrics.set_paused(false);
+        let pause = sub.pause;
         Subscriber {
             sub,
             exchanges,
@@ -106,17 +112,66 @@ impl Subscriber {
             metrics,
             strikes: Strikes::default(),
             started_ms: crate::capability::sql::outbox::now_ms(),
+            breaker: Breaker::new(pause),
         }
     }
 
     /// Consumes until `cancel` fires or the channel fails. Returns once every message it took
-    /// has been settled (acked, or left unacked for the broker to redeliver).
+    /// has been settled (acked, or left unacked for the broker to redeliver). With
+    /// `pause_after`, a run ends when the breaker turns: no deliveries for `pause_for`, then
+    /// one at a time until one answers ok.
     pub async fn consume(
         self: Arc<Self>,
         link: Link,
         cancel: CancellationToken,
     ) -> anyhow::Result<()> {
-        let (channel, deliveries) = self.open(&link).await?;
+        let queue = self.sub.queue.as_str();
+        loop {
+            let run = cancel.child_token();
+            let probing = self.breaker.start_run(run.clone());
+            self.clone().consume_run(&link, run, probing).await?;
+            if cancel.is_cancelled() {
+                self.metrics.set_paused(false);
+                return Ok(());
+            }
+            match (self.breaker.turn(), self.sub.pause) {
+                (Some(Turn::Pause), Some(pause)) => {
+                    self.metrics.set_paused(true);
+                    warn!(
+                        queue,
+                        "paused for {}: {} answers in a row were not ok (or the message tried \
+                         after a pause was not); messages wait in the queue",
+                        humantime::format_duration(pause.pause_for),
+                        pause.after
+                    );
+                    tokio::select! {
+                        _ = cancel.cancelled() => {
+                            self.metrics.set_paused(false);
+                            return Ok(());
+                        }
+                        _ = tokio::time::sleep(pause.pause_for) => {}
+                    }
+                    info!(queue, "pause over: trying one message at a time");
+                }
+                (Some(Turn::Resume), _) => {
+                    self.metrics.set_paused(false);
+                    info!(queue, "resumed: a message answered ok after the pause");
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// One run of the consumer on a channel of its own, until `cancel` fires or the channel
+    /// fails; one message at a time when `probing`.
+    async fn consume_run(
+        self: Arc<Self>,
+        link: &Link,
+        cancel: CancellationToken,
+        probing: bool,
+    ) -> anyhow::Result<()> {
+        let link = link.clone();
+        let (channel, deliveries) = self.open(&link, probing).await?;
         let tag = deliveries.tag();
         let queue = self.sub.queue.as_str();
         debug!(queue, consumer_tag = %tag, "consuming");
@@ -136,7 +191,7 @@ impl Subscriber {
         let sweeping = cancel.child_token();
         run.tasks
             .spawn(self.clone().sweep(run.link.clone(), sweeping.clone()));
-        let result = self.dispatch(&run, &mut inbox, &cancel).await;
+        let result = self.dispatch(&run, &mut inbox, &cancel, probing).await;
         sweeping.cancel();
         // Stop new deliveries; what was prefetched but not started goes back when the channel
         // closes. In-flight calls finish (bounded by their timeout) and settle.
@@ -153,7 +208,11 @@ impl Subscriber {
 
     /// Opens the consumer channel with the prefetch and starts consuming. A missing queue is
     /// handed to the keeper to declare again, so the restart that follows finds it.
-    async fn open(&self, link: &Link) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
+    async fn open(
+        &self,
+        link: &Link,
+        probing: bool,
+    ) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
         let queue = self.sub.queue.as_str();
         let channel = link
             .conn
@@ -161,7 +220,10 @@ impl Subscriber {
             .await
             .context("opening a consumer channel")?;
         channel
-            .basic_qos(self.sub.prefetch, BasicQosOptions::default())
+            .basic_qos(
+                if probing { 1 } else { self.sub.prefetch },
+                BasicQosOptions::default(),
+            )
             .await
             .context("setting prefetch")?;
         let consumed = channel
@@ -200,8 +262,10 @@ impl Subscriber {
         run: &Run,
         inbox: &mut mpsc::UnboundedReceiver<Delivery>,
         cancel: &CancellationToken,
+        probing: bool,
     ) -> anyhow::Result<()> {
-        let calls = Arc::new(Semaphore::new(self.sub.concurrency as usize));
+        let concurrency = if probing { 1 } else { self.sub.concurrency };
+        let calls = Arc::new(Semaphore::new(concurrency as usize));
         loop {
             // Take a handler slot first, so a delivery is only taken when it can run.
             let permit = tokio::select! {

@@ -108,6 +108,10 @@ impl Subscriber {
                 call.link,
             )
             .await;
+        // Only plugin answers count towards pause_after; a broker that refused is not one.
+        if let (Some(_), Ok(decision)) = (elapsed, &settled) {
+            self.breaker.answered(matches!(decision, Decision::Ack));
+        }
         self.settle(settled, &input, &received, &plugin, elapsed, &call)
             .await;
     }

@@ -16,8 +16,8 @@ use super::error::{ConfigError, Location, Problem, Warning};
 use super::raw::{RawConfig, RawQueue, RawSettings, RawSubscription};
 use super::units::{DurationText, MAX_NAME_BYTES, Name};
 use super::{
-    Admin, BindingDecl, Broker, Config, DEFAULT_MAX_PLUGIN_SIZE, DelayConfig, ExchangeDecl,
-    Exchanges, Plugins, QueueDecl, QueueType, RetryDelay, Subscription,
+    Admin, BindingDecl, Broker, Config, DEFAULT_MAX_PLUGIN_SIZE, DEFAULT_PAUSE_FOR, DelayConfig,
+    ExchangeDecl, Exchanges, Pause, Plugins, QueueDecl, QueueType, RetryDelay, Subscription,
 };
 
 /// RabbitMQ refuses a TTL above ten years (in milliseconds).

@@ -53,12 +53,31 @@ impl Checker<'_> {
                 .or(defaults.instance_max_messages)
                 .map_or(DEFAULT_INSTANCE_MAX_MESSAGES, |n| n.0),
             publish,
+            pause: self.pause(sub, defaults),
             grants: Default::default(),
             config: sub.config.as_ref().map_or_else(
                 || serde_json::Value::Object(Default::default()),
                 |t| toml_to_json(toml::Value::Table(t.clone())),
             ),
         }
+    }
+
+    /// `pause_after` (with `pause_for`, default 30s); `pause_for` alone is an error.
+    fn pause(&mut self, sub: &RawSubscription, defaults: &RawSettings) -> Option<Pause> {
+        let after = sub.pause_after.or(defaults.pause_after);
+        let pause_for = sub.pause_for.as_ref().or(defaults.pause_for.as_ref());
+        if after.is_none()
+            && let Some(p) = pause_for
+        {
+            self.error(
+                Some(p.span()),
+                "pause_for is set but pause_after is not: add pause_after = N",
+            );
+        }
+        after.map(|n| Pause {
+            after: n.0,
+            pause_for: pause_for.map_or(DEFAULT_PAUSE_FOR, |p| p.get_ref().duration),
+        })
     }
 
     /// The plugin: a bare `.wasm` file name inside plugins.dir, so a config cannot point the

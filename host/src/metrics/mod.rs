@@ -10,6 +10,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod queue;
+
+pub use queue::QueueMetrics;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueOutcome {
     queue: String,
@@ -83,6 +87,7 @@ pub struct Metrics {
     dropped: Family<QueueLabel, Counter>,
     duplicates: Family<QueueLabel, Counter>,
     without_id: Family<QueueLabel, Counter>,
+    paused: Family<QueueLabel, Gauge>,
     blocked_reason: std::sync::Mutex<String>,
     consumers: AtomicI64,
     plugin_info: Family<PluginLabel, Gauge>,
@@ -119,6 +124,7 @@ impl Metrics {
             dropped: Family::default(),
             duplicates: Family::default(),
             without_id: Family::default(),
+            paused: Family::default(),
             blocked_reason: std::sync::Mutex::new(String::new()),
             consumers: AtomicI64::new(0),
             plugin_info: Family::default(),
@@ -224,6 +230,11 @@ impl Metrics {
             self.duplicates.clone(),
         );
         self.registry.register(
+            "subscription_paused",
+            "1 while a subscription takes no deliveries after pause_after answers in a row that were not ok",
+            self.paused.clone(),
+        );
+        self.registry.register(
             "outbox_without_id",
             "Messages without a message id under the outbox: handled, but not deduplicated",
             self.without_id.clone(),
@@ -305,6 +316,7 @@ impl Metrics {
             dropped: self.dropped.get_or_create(&label).clone(),
             duplicates: self.duplicates.get_or_create(&label).clone(),
             without_id: self.without_id.get_or_create(&label).clone(),
+            paused: self.paused.get_or_create(&label).clone(),
         }
     }
 
@@ -405,84 +417,5 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
-    }
-}
-
-/// One queue's handles into the families above (each an `Arc` to the same series).
-#[derive(Clone)]
-pub struct QueueMetrics {
-    ok: Counter,
-    retry: Counter,
-    fail: Counter,
-    exhausted: Counter,
-    requeued: Counter,
-    retries: Counter,
-    failed: Counter,
-    duration: Histogram,
-    in_flight: Gauge,
-    dropped: Counter,
-    duplicates: Counter,
-    without_id: Counter,
-}
-
-impl QueueMetrics {
-    /// A handler call starts; the guard ends it.
-    pub fn call_started(&self) -> InFlight {
-        self.in_flight.inc();
-        InFlight(self.in_flight.clone())
-    }
-
-    /// A message whose republish failed was left for the broker to redeliver.
-    pub fn requeued(&self) {
-        self.requeued.inc();
-    }
-
-    /// A handler result was dropped because its consumer channel died.
-    pub fn dropped(&self) {
-        self.dropped.inc();
-    }
-
-    /// A delivery the outbox had recorded as handled was acked without a call.
-    pub fn duplicate(&self) {
-        self.duplicates.inc();
-    }
-
-    /// A message without a message id was handled under the outbox.
-    pub fn without_id(&self) {
-        self.without_id.inc();
-    }
-
-    /// A message was settled with `outcome` (`ok`, `retry`, `fail`, `retries-exhausted`) after
-    /// a call of `elapsed` (None: settled without a handler call).
-    pub fn handled(&self, outcome: Settled, elapsed: Option<Duration>) {
-        if let Some(elapsed) = elapsed {
-            self.duration.observe(elapsed.as_secs_f64());
-        }
-        match outcome {
-            Settled::Ok => {
-                self.ok.inc();
-            }
-            Settled::Retry => {
-                self.retry.inc();
-                self.retries.inc();
-            }
-            Settled::Fail => {
-                self.fail.inc();
-                self.failed.inc();
-            }
-            Settled::RetriesExhausted => {
-                self.exhausted.inc();
-                self.failed.inc();
-            }
-        }
-    }
-}
-
-/// Decrements the in-flight gauge when dropped.
-pub struct InFlight(Gauge);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.dec();
     }
 }
