@@ -143,10 +143,19 @@ impl Plan {
     /// The subscription's queue, its failed queue and one retry queue per distinct delay.
     fn add_subscription(&mut self, config: &Config, sub: &Subscription) {
         let ex = &config.exchanges;
+        let mut arguments = vec![queue_type_arg(sub.queue_type)];
+        if sub.queue_type == QueueType::Quorum {
+            // A message the broker gives up on (the delivery limit) is parked, never dropped.
+            arguments.push(("x-dead-letter-exchange".into(), Arg::Str(ex.failed.clone())));
+            arguments.push((
+                "x-dead-letter-routing-key".into(),
+                Arg::Str(sub.queue.clone()),
+            ));
+        }
         self.add_queue(QueueSpec {
             name: sub.queue.clone(),
             durable: true,
-            arguments: vec![queue_type_arg(sub.queue_type)],
+            arguments,
         });
         for key in &sub.bindings {
             self.bind_queue(&sub.exchange, &sub.queue, key);
@@ -164,18 +173,28 @@ impl Plan {
 
         for delay in sub.distinct_retry_delays() {
             let name = sub.retry_queue_name(delay);
+            let mut arguments = vec![
+                ("x-message-ttl".into(), Arg::Int(millis(delay.duration))),
+                ("x-dead-letter-exchange".into(), Arg::Str(ex.master.clone())),
+                (
+                    "x-dead-letter-routing-key".into(),
+                    Arg::Str(sub.queue.clone()),
+                ),
+                queue_type_arg(sub.queue_type),
+            ];
+            if sub.queue_type == QueueType::Quorum {
+                // The hop back to Q is confirmed inside the broker: nothing lost if a node
+                // fails mid-way (at-least-once dead-lettering needs reject-publish).
+                arguments.push((
+                    "x-dead-letter-strategy".into(),
+                    Arg::Str("at-least-once".into()),
+                ));
+                arguments.push(("x-overflow".into(), Arg::Str("reject-publish".into())));
+            }
             self.add_queue(QueueSpec {
                 name: name.clone(),
                 durable: true,
-                arguments: vec![
-                    ("x-message-ttl".into(), Arg::Int(millis(delay.duration))),
-                    ("x-dead-letter-exchange".into(), Arg::Str(ex.master.clone())),
-                    (
-                        "x-dead-letter-routing-key".into(),
-                        Arg::Str(sub.queue.clone()),
-                    ),
-                    queue_type_arg(sub.queue_type),
-                ],
+                arguments,
             });
             // The host publishes a retry to the retry exchange with the retry queue's name as key.
             self.bind_queue(&ex.retry, &name, &name);

@@ -107,6 +107,43 @@ fn quorum_subscription_makes_every_queue_quorum() {
 }
 
 #[test]
+fn quorum_retry_queues_dead_letter_at_least_once_and_q_parks_what_the_broker_drops() {
+    let quorum = plan(&format!("{SUB}queue_type = \"quorum\"\n"));
+    for q in quorum.queues.iter().filter(|q| q.name.contains("@retry.")) {
+        let strategy = q.argument("x-dead-letter-strategy");
+        assert_eq!(
+            strategy,
+            Some(&Arg::Str("at-least-once".into())),
+            "{}",
+            q.name
+        );
+        let overflow = q.argument("x-overflow");
+        assert_eq!(
+            overflow,
+            Some(&Arg::Str("reject-publish".into())),
+            "{}",
+            q.name
+        );
+    }
+    let q = quorum.queue("ucenter@user").expect("Q");
+    assert_eq!(
+        q.argument("x-dead-letter-exchange"),
+        Some(&Arg::Str("master.failed".into()))
+    );
+    assert_eq!(
+        q.argument("x-dead-letter-routing-key"),
+        Some(&Arg::Str("ucenter@user".into()))
+    );
+    let classic = plan(SUB);
+    let q = classic.queue("ucenter@user").expect("Q");
+    assert_eq!(
+        q.argument("x-dead-letter-exchange"),
+        None,
+        "classic queues unchanged"
+    );
+}
+
+#[test]
 fn seed_order_topology_from_config() {
     let plan = plan(
         r#"
