@@ -13,7 +13,7 @@ mod outbox;
 mod pause;
 mod restart;
 mod sql;
-mod support;
+pub(crate) mod support;
 
 use std::time::{Duration, Instant};
 

@@ -9,14 +9,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use lapin::BasicProperties;
 use serde_json::{Value, json};
 use sqlx::{AssertSqlSafe, Connection as _, PgPool, SqlitePool};
 
+use crate::capabilities::support::spawn;
 use crate::common;
+use crate::faults::support::metric;
 use crate::service::support::{BrokerDown, free_addr, http_get};
 
 const ORDERS: usize = 1000;
@@ -172,21 +174,7 @@ struct Host {
 
 impl Host {
     fn spawn(config: &Path, log: &Path) -> Child {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("log file");
-        Command::new(env!("CARGO_BIN_EXE_worker-host"))
-            .args(["--log-format", "json", "run", "-c"])
-            .arg(config)
-            .env_remove("WORKER_BROKER_URL")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("start worker-host")
+        spawn(config, log, &[("RUST_LOG", "warn")])
     }
 
     fn log(&self) -> String {
@@ -196,11 +184,7 @@ impl Host {
     /// Reads this process's duplicates counter (kept when the process is gone).
     async fn observe(&mut self) {
         if let Some((_, text)) = http_get(self.admin, "/metrics").await {
-            let sum: f64 = text
-                .lines()
-                .filter(|l| l.starts_with("worker_duplicates_total"))
-                .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
-                .sum();
+            let sum = metric(&text, "worker_duplicates_total", "");
             self.duplicates_now = self.duplicates_now.max(sum as u64);
         }
     }

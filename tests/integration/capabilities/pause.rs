@@ -11,15 +11,14 @@ use serde_json::json;
 use super::db::{self, Kind, Pool};
 use super::support::{Probe, Sub};
 use crate::common;
+use crate::faults::support::metric;
 use crate::service::support::{free_addr, http_get};
 
-/// `worker_subscription_paused` of `queue`, once /metrics shows it.
+/// `worker_subscription_paused` of `queue`, once /metrics answers.
 async fn paused(admin: SocketAddr, queue: &str) -> Option<i64> {
     let (_, text) = http_get(admin, "/metrics").await?;
     let label = format!("queue=\"{queue}\"");
-    text.lines()
-        .find(|l| l.starts_with("worker_subscription_paused{") && l.contains(&label))
-        .and_then(|l| l.rsplit(' ').next()?.trim().parse().ok())
+    Some(metric(&text, "worker_subscription_paused", &label) as i64)
 }
 
 #[tokio::test]

@@ -108,8 +108,9 @@ struct ChildHost {
     _dir: tempfile::TempDir,
 }
 
-/// The binary running `config`, its stderr appended to `log`.
-fn spawn(config: &Path, log: &Path, env: &[(&str, &str)]) -> Child {
+/// The binary running `config`, its stderr appended to `log` (`env` last, so it may override
+/// `RUST_LOG`).
+pub(crate) fn spawn(config: &Path, log: &Path, env: &[(&str, &str)]) -> Child {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
