@@ -23,19 +23,27 @@ await_port() {
   done
 }
 
-# Runs `check` until it succeeds (up to 60 s), running `repair` once after its first failure;
-# names the last error and the start command when it never does. A port that answers is not
-# enough: a server still starting up, a missing database or a password rule fails the tests too.
+# Runs `check` until it succeeds (up to 120 s). After its first failure runs `configure` (a
+# missing database, a password rule); when that has not helped within 10 s, runs `restart` once.
+# A port that answers is not enough: a server still starting up fails the tests too, and so does
+# one left running from an environment it no longer has (seen: a PostgreSQL restarted by an
+# earlier session's tests answered its port, then failed every connection with "could not fork
+# new process for connection"). Names the last error and the start command when nothing helps.
 await_query() {
-  local what=$1 start=$2 check=$3 repair=$4 deadline=$((SECONDS + 60)) out repaired=0
+  local what=$1 start=$2 check=$3 configure=$4 restart=$5
+  local deadline=$((SECONDS + 120)) out configured=0 restarted=0
   until out=$($check 2>&1); do
-    if [ "$repaired" = 0 ]; then
-      echo "== $what does not answer a query yet ($(echo "$out" | tail -n1)); configuring it" >&2
-      $repair || true
-      repaired=1
+    if [ "$configured" = 0 ]; then
+      echo "== $what does not answer a query ($(echo "$out" | tail -n1)); configuring it" >&2
+      $configure || true
+      configured=$SECONDS
+    elif [ "$restarted" = 0 ] && [ $((SECONDS - configured)) -ge 10 ]; then
+      echo "== $what still does not answer a query ($(echo "$out" | tail -n1)); restarting it" >&2
+      $restart || true
+      restarted=1
     fi
     if [ "$SECONDS" -ge "$deadline" ]; then
-      echo "error: $what answers on its port but not a query after 60 s: $out" >&2
+      echo "error: $what answers on its port but not a query after 120 s: $out" >&2
       echo "       start it by hand with: $start" >&2
       return 1
     fi
@@ -44,16 +52,35 @@ await_query() {
 }
 
 postgres_query() {
-  psql -w -h 127.0.0.1 -U postgres -d test -Atqc 'SELECT 1'
+  PGCONNECT_TIMEOUT=5 timeout -s KILL 10 psql -w -h 127.0.0.1 -U postgres -d test -Atqc 'SELECT 1'
 }
 
 # Trust for local TCP (the tests connect without a password) and a database `test`.
 postgres_configure() {
   local hba
-  hba=$(su postgres -c "psql -tAc 'SHOW hba_file'") || return 1
+  hba=$(timeout -s KILL 10 su postgres -c "psql -tAc 'SHOW hba_file'") || return 1
   sed -i -E 's/^(host\s+all\s+all\s+(127\.0\.0\.1\/32|::1\/128)\s+)\S+/\1trust/' "$hba"
-  su postgres -c "psql -qc 'SELECT pg_reload_conf()'" >/dev/null
-  su postgres -c "createdb test" 2>/dev/null || true
+  timeout -s KILL 10 su postgres -c "psql -qc 'SELECT pg_reload_conf()'" >/dev/null
+  timeout -s KILL 10 su postgres -c "createdb test" 2>/dev/null || true
+}
+
+# Stops every cluster (fast, then by force: a postmaster that cannot fork may not stop cleanly),
+# waits for all its processes to be gone (a live one keeps the socket's lock file), and starts
+# them again from this process, then configures them.
+postgres_restart() {
+  local version deadline
+  for version in $(ls /etc/postgresql 2>/dev/null); do
+    timeout -s KILL 30 pg_ctlcluster --skip-systemctl-redirect "$version" main stop -m fast 2>/dev/null || true
+  done
+  pkill -KILL -u postgres 2>/dev/null || true
+  deadline=$((SECONDS + 20))
+  while pgrep -u postgres >/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 1; done
+  # Left behind by a killed postmaster; with none running, no one holds them.
+  pgrep -u postgres >/dev/null || rm -f /var/run/postgresql/.s.PGSQL.*.lock
+  for version in $(ls /etc/postgresql 2>/dev/null); do
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start || service postgresql start
+  done
+  await_port 5432 PostgreSQL "service postgresql start" && postgres_configure
 }
 
 ensure_postgres() {
@@ -64,16 +91,25 @@ ensure_postgres() {
     await_port 5432 PostgreSQL "service postgresql start"
   fi
   command -v psql >/dev/null 2>&1 || ensure_packages postgres
-  await_query PostgreSQL "service postgresql start" postgres_query postgres_configure
+  await_query PostgreSQL "service postgresql start" postgres_query postgres_configure postgres_restart
 }
 
 mariadb_query() {
-  mariadb -h 127.0.0.1 -P 3306 -u root test -Nse 'SELECT 1'
+  timeout -s KILL 10 mariadb --connect-timeout=5 -h 127.0.0.1 -P 3306 -u root test -Nse 'SELECT 1'
 }
 
 # Root over TCP without a password (a new install allows only the socket) and a database `test`.
 mariadb_configure() {
-  mariadb -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket; CREATE DATABASE IF NOT EXISTS test;"
+  timeout -s KILL 10 mariadb -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket; CREATE DATABASE IF NOT EXISTS test;"
+}
+
+mariadb_restart() {
+  timeout -s KILL 30 mariadb-admin shutdown 2>/dev/null || pkill -KILL -x mariadbd || true
+  local deadline=$((SECONDS + 30))
+  while pgrep -x mariadbd >/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 1; done
+  service mariadb start >/dev/null 2>&1 ||
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  await_port 3306 MariaDB "service mariadb start" && mariadb_configure
 }
 
 ensure_mariadb() {
@@ -84,7 +120,7 @@ ensure_mariadb() {
     await_port 3306 MariaDB "service mariadb start"
   fi
   command -v mariadb >/dev/null 2>&1 || ensure_packages mariadb
-  await_query MariaDB "service mariadb start" mariadb_query mariadb_configure
+  await_query MariaDB "service mariadb start" mariadb_query mariadb_configure mariadb_restart
 }
 
 ensure_redis() {
