@@ -332,21 +332,28 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// Tries each URL once, in order.
+/// How long one URL gets to finish connecting before the next is tried: a node that accepts
+/// TCP but never completes the handshake must not hold up failover to the others.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Tries each URL once, in turn. Processes start at different URLs (by process id), so many
+/// hosts given one cluster's list spread their connections over its nodes.
 pub async fn connect_once(urls: &[String], name: &str) -> Result<Connection, Unreachable> {
     let mut last = String::from("no broker URL configured");
-    for url in urls {
+    let first = std::process::id() as usize % urls.len().max(1);
+    for url in urls.iter().cycle().skip(first).take(urls.len()) {
         let props = ConnectionProperties::default().with_connection_name(name.into());
-        match Connection::connect(url, props).await {
-            Ok(conn) => {
+        let attempt = tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(url, props));
+        let err = match attempt.await {
+            Ok(Ok(conn)) => {
                 info!(url = %redact(url), "connected to RabbitMQ");
                 return Ok(conn);
             }
-            Err(err) => {
-                last = err.to_string();
-                warn!(url = %redact(url), "cannot connect: {err}");
-            }
-        }
+            Ok(Err(err)) => err.to_string(),
+            Err(_) => format!("no connection within {}s", CONNECT_TIMEOUT.as_secs()),
+        };
+        warn!(url = %redact(url), "cannot connect: {err}");
+        last = err;
     }
     Err(Unreachable {
         urls: urls
