@@ -2,7 +2,7 @@
 # Runs every test: starts (or installs) RabbitMQ and the capability servers, builds the example
 # plugins from source (installing the wasm toolchain when missing), then the workspace's unit, doc
 # and integration tests, the tests that restart RabbitMQ or PostgreSQL or change RabbitMQ's
-# settings (alone), the new-plugin template, and the plugins' own native tests. Ends with one
+# settings (alone), the tests on a local three-node cluster (alone), the new-plugin template, and the plugins' own native tests. Ends with one
 # line counting every test run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,13 +26,24 @@ ensure_services
 ensure_packages tests
 step "building plugins from source" scripts/build-plugins.sh
 step "host and SDK tests (unit, doc, integration against RabbitMQ)" \
-  cargo test --workspace --locked -- --skip broker_restart_ --skip broker_global_ --skip server_restart_
+  cargo test --workspace --locked -- --skip broker_restart_ --skip broker_global_ --skip server_restart_ \
+    --skip cluster_
 # broker_restart_*: stop and start RabbitMQ; broker_global_*: raise an alarm or lower the
 # consumer timeout of the whole broker. Each restores the broker in every outcome.
 # server_restart_*: restart a capability server (PostgreSQL) under the tests that use it.
 step "tests that restart RabbitMQ or PostgreSQL or change RabbitMQ for everyone (alone, one at a time)" \
   cargo test --locked -p worker-host --test integration -- --test-threads=1 \
     broker_restart_ broker_global_ server_restart_
+# cluster_*: many hosts on a three-node RabbitMQ cluster on this machine (scripts/cluster.sh),
+# killing nodes; the cluster is started for them and stopped after, whatever they answer.
+cluster_tests() {
+  scripts/cluster.sh start || return 1
+  local rc=0
+  cargo test --locked -p worker-host --test integration -- --test-threads=1 cluster_ || rc=$?
+  scripts/cluster.sh stop || true
+  return "$rc"
+}
+step "tests on a three-node RabbitMQ cluster (scripts/cluster.sh, alone)" cluster_tests
 step "the new-plugin template builds and passes its test" scripts/new-plugin.sh --check
 step "plugins' native tests" cargo test --locked --manifest-path plugins/Cargo.toml
 step "JavaScript SDK and plugins' native tests" scripts/test-js.sh

@@ -6,7 +6,7 @@
 //! it; a server that is down on purpose (a closed port) shows what plugins and `/readyz` see
 //! then. `server_restart_*` tests restart a server and run alone (scripts/test.sh).
 
-mod db;
+pub(crate) mod db;
 mod http;
 mod kv;
 mod outbox;

@@ -2,6 +2,7 @@
 //! 127.0.0.1:5672 (or `WORKER_TEST_BROKER_URL`). A missing broker fails loudly.
 
 mod capabilities;
+mod cluster;
 mod cli;
 mod common;
 mod components;

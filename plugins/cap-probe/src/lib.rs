@@ -9,14 +9,15 @@
 //!  "steps": [{"kv": "set", "key": "a", "value": "1", "ttl_ms": 100},
 //!            {"sql": "execute", "statement": "INSERT INTO t VALUES (?, ?)", "params": ["m-1", 2]},
 //!            {"http": "GET", "url": "http://127.0.0.1:8080/x", "headers": {"accept": "text/plain"}}],
-//!  "answer": "ok", "on_error": "retry"}
+//!  "answer": "ok", "on_error": "retry", "until_attempt": 2}
 //! ```
 //!
 //! Every step runs, in order, whatever the ones before answered (the step forms are in
 //! [`steps`]). The report is `{"id", "attempt", "results", "headers"}`, one result per step:
 //! `{"ok": value}` or `{"error": "<the world's variant name>", "text": "<the SDK's message>"}`.
 //! What happens to it depends on the answer (`on_error`, when given, replaces `answer` if any
-//! step failed):
+//! step failed; with `until_attempt: n` they apply while the delivery's attempt is below n, then
+//! the answer is ok):
 //!
 //! - `ok` (default): the report is published as JSON to the exchange named by the
 //!   subscription's config key `report`, with routing key `id` (default: the delivery's routing
@@ -51,6 +52,8 @@ pub struct Script {
     pub answer: Answer,
     /// What to answer instead when any step failed.
     pub on_error: Option<Answer>,
+    /// From this attempt on, answer ok whatever `answer` and `on_error` say.
+    pub until_attempt: Option<u32>,
 }
 
 /// The handler's answer after the steps.
@@ -84,6 +87,7 @@ pub fn handle(msg: &Message) -> Result<Outcome, Error> {
     let results: Vec<steps::StepResult> = script.steps.iter().map(steps::run).collect();
     let failed = results.iter().any(Result::is_err);
     let answer = match script.on_error {
+        _ if script.until_attempt.is_some_and(|n| msg.attempt() >= n) => Answer::Ok,
         Some(instead) if failed => instead,
         _ => script.answer,
     };

@@ -275,6 +275,14 @@ fn on_error_replaces_the_answer_only_when_a_step_failed() {
 }
 
 #[test]
+fn until_attempt_answers_ok_from_that_attempt_on() {
+    let script = json!({"id": "u", "answer": "retry", "on_error": "fail", "until_attempt": 2});
+    assert!(message(script.clone()).run(handle).outcome.is_retry());
+    let run = message(script).attempt(2).run(handle);
+    assert_eq!(report(&run)["attempt"], 2);
+}
+
+#[test]
 fn trap_panics_after_the_steps() {
     let script = json!({"steps": [{"kv": "set", "key": "k", "value": "v"}], "answer": "trap"});
     let run = message(script).run(handle);

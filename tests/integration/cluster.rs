@@ -1,0 +1,249 @@
+//! Many hosts on a RabbitMQ cluster (the three local nodes of scripts/cluster.sh), quorum
+//! queues, the capability probe writing each message's id to PostgreSQL with the outbox on:
+//! killing the node that leads `Q` and SIGKILLing one host lose nothing and apply no effect
+//! twice; a message waiting in a retry queue survives the death of that queue's leader (the
+//! at-least-once dead-lettering proven). They need the cluster, which scripts/test.sh starts
+//! for them and stops after (the `cluster_` prefix); they run alone, one at a time.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::capabilities::db;
+use crate::capabilities::support::{POSTGRES, require as require_server};
+use crate::common;
+use support::{Host, kill, leader, queue_state, revive};
+
+const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// One test's names, its rows table and the cluster connection it watches through.
+struct Case {
+    p: String,
+    rows: String,
+    db: PgPool,
+    conn: lapin::Connection,
+    ch: lapin::Channel,
+}
+
+impl Case {
+    async fn new(test: &str) -> Case {
+        support::require();
+        require_server(&POSTGRES);
+        let p = common::unique(test);
+        let rows = db::table("cluster_rows");
+        let db = PgPool::connect(POSTGRES_URL)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL: {e}\nstart it with: {}", POSTGRES.start));
+        let create = format!("CREATE TABLE {rows} (id VARCHAR(64) NOT NULL)");
+        sqlx::query(AssertSqlSafe(create)).execute(&db).await.expect("create rows");
+        let (conn, ch) = support::channel().await;
+        Case {
+            p,
+            rows,
+            db,
+            conn,
+            ch,
+        }
+    }
+
+    fn q(&self) -> String {
+        format!("{}.q", self.p)
+    }
+
+    /// The probe on quorum queue `Q`, with the outbox on PostgreSQL, retrying after `delay`.
+    fn subscription(&self, delay: &str) -> String {
+        format!(
+            "[[subscription]]\nqueue = \"{q}\"\nplugin = \"cap_probe.wasm\"\n\
+             bindings = [\"{q}.*\"]\nqueue_type = \"quorum\"\nretry_delays = [\"{delay}\"]\n\
+             max_retries = 3\nconcurrency = 8\nprefetch = 16\nsql = \"db\"\noutbox = true\n\n\
+             [sql.db]\nurl = \"{POSTGRES_URL}\"\n",
+            q = self.q()
+        )
+    }
+
+    /// Message `i`: inserts its id into the rows table; `retry_once` answers retry on its first
+    /// attempt (nothing written: the outbox rolls a retry back), ok on the second.
+    fn message(&self, i: usize, retry_once: bool) -> (String, String) {
+        let id = format!("m{i:05}");
+        let insert = format!("INSERT INTO {} (id) VALUES ($1)", self.rows);
+        let steps = json!([{"sql": "execute", "statement": insert, "params": [id]}]);
+        let script = if retry_once {
+            json!({"id": id, "steps": steps, "answer": "retry", "until_attempt": 2})
+        } else {
+            json!({"id": id, "steps": steps})
+        };
+        (id, script.to_string())
+    }
+
+    async fn publish(&self, messages: &[(String, String)]) {
+        let key = format!("{}.x", self.q());
+        support::publish_all(&self.ch, &format!("{}.master", self.p), &key, messages).await;
+    }
+
+    /// (rows, distinct ids) written so far.
+    async fn effects(&self) -> (i64, i64) {
+        let sql = format!("SELECT COUNT(*), COUNT(DISTINCT id) FROM {}", self.rows);
+        sqlx::query_as::<_, (i64, i64)>(AssertSqlSafe(sql))
+            .fetch_one(&self.db)
+            .await
+            .expect("count rows")
+    }
+
+    /// Waits until `consumers` hosts consume from `Q`.
+    async fn await_consumers(&self, consumers: u32, hosts: &mut [Host]) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while queue_state(&self.conn, &self.q()).await.map(|s| s.1) != Some(consumers) {
+            hosts.iter_mut().for_each(Host::assert_running);
+            assert!(Instant::now() < deadline, "{consumers} consumers on {} after 60 s", self.q());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until `distinct` ids are written, failing after `limit` with the count reached.
+    async fn await_effects(&self, distinct: i64, limit: Duration, hosts: &mut [&mut Host]) -> (i64, i64) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let seen = self.effects().await;
+            if seen.1 >= distinct {
+                return seen;
+            }
+            hosts.iter_mut().for_each(|h| h.assert_running());
+            assert!(
+                Instant::now() < deadline,
+                "{} of {distinct} ids written after {limit:?}",
+                seen.1
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Messages ready in `queue` (0 while the queue cannot be reached).
+    async fn ready(&self, queue: &str) -> u32 {
+        queue_state(&self.conn, queue).await.map_or(0, |s| s.0)
+    }
+
+    async fn cleanup(self, delay: &str) {
+        let q = self.q();
+        for queue in [q.clone(), format!("{q}@failed"), format!("{q}@retry.{delay}")] {
+            if let Ok(ch) = self.conn.create_channel().await {
+                let _ = ch.queue_delete(queue.as_str().into(), Default::default()).await;
+            }
+        }
+        for e in ["master", "retry", "failed"] {
+            if let Ok(ch) = self.conn.create_channel().await {
+                let name = format!("{}.{e}", self.p);
+                let _ = ch.exchange_delete(name.as_str().into(), Default::default()).await;
+            }
+        }
+        let drop = format!("DROP TABLE IF EXISTS {}", self.rows);
+        let _ = sqlx::query(AssertSqlSafe(drop)).execute(&self.db).await;
+        let _ = self.conn.close(200, "done".into()).await;
+    }
+}
+
+/// Revives a killed node when the test ends, however it ends.
+struct Revive(Option<usize>);
+
+impl Drop for Revive {
+    fn drop(&mut self) {
+        if let Some(node) = self.0.take() {
+            revive(node);
+        }
+    }
+}
+
+const MESSAGES: usize = 10_000;
+
+#[tokio::test]
+async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
+    let case = Case::new("cl-three").await;
+    let delay = "1s";
+    let sub = case.subscription(delay);
+    let mut hosts: Vec<Host> = (0..3).map(|_| Host::start(&case.p, &sub)).collect();
+    case.await_consumers(3, &mut hosts).await;
+    let messages: Vec<_> = (0..MESSAGES).map(|i| case.message(i, i % 10 == 0)).collect();
+    let started = Instant::now();
+    case.publish(&messages).await;
+    println!("published {MESSAGES} in {:?}", started.elapsed());
+
+    // The node leading Q dies mid-stream.
+    let mut alive: Vec<&mut Host> = hosts.iter_mut().collect();
+    case.await_effects(2_000, Duration::from_secs(120), &mut alive).await;
+    let node = leader(&case.q());
+    let before = case.effects().await.1;
+    let killed = Instant::now();
+    kill(node);
+    let _revive = Revive(Some(node));
+    let resumed = case.await_effects(before + 100, Duration::from_secs(15), &mut alive).await;
+    let failover = killed.elapsed();
+    println!("killed node {node} (leader of Q) at {before} ids; 100 more after {failover:?}");
+
+    // A host dies mid-stream; the other two finish.
+    let target = (resumed.1 + 2_000).min(MESSAGES as i64 - 1_000);
+    case.await_effects(target, Duration::from_secs(120), &mut alive).await;
+    alive.remove(0).kill();
+    println!("SIGKILLed host 1 at {target}+ ids");
+    let (rows, distinct) = case
+        .await_effects(MESSAGES as i64, Duration::from_secs(300), &mut alive)
+        .await;
+    let q = case.q();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while case.ready(&q).await + case.ready(&format!("{q}@retry.{delay}")).await > 0 {
+        assert!(Instant::now() < deadline, "Q or its retry queue not empty after 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut duplicates = 0.0;
+    for host in &alive {
+        duplicates += host.metric("worker_duplicates_total", "").await.unwrap_or(0.0);
+    }
+    let total = started.elapsed();
+    println!(
+        "{MESSAGES} messages, 3 hosts, a node and a host killed: {distinct} handled, lost {}, \
+         effects applied twice {}, duplicate deliveries seen by the surviving hosts {duplicates}, \
+         failover {failover:?}, all done in {total:?}",
+        MESSAGES as i64 - distinct,
+        rows - distinct
+    );
+    assert_eq!(distinct, MESSAGES as i64, "every message handled");
+    assert_eq!(rows, distinct, "no effect applied twice");
+    assert_eq!(case.ready(&format!("{q}@failed")).await, 0, "nothing parked");
+    assert!(failover < Duration::from_secs(15), "handling resumed in {failover:?}");
+    for host in hosts.into_iter().skip(1) {
+        host.stop().await;
+    }
+    case.cleanup(delay).await;
+}
+
+#[tokio::test]
+async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
+    const WAITING: usize = 300;
+    let case = Case::new("cl-hop").await;
+    let delay = "8s";
+    let mut host = Host::start(&case.p, &case.subscription(delay));
+    case.await_consumers(1, std::slice::from_mut(&mut host)).await;
+    let messages: Vec<_> = (0..WAITING).map(|i| case.message(i, true)).collect();
+    case.publish(&messages).await;
+
+    // Every message answered retry once and waits in the retry queue: its leader dies.
+    let retry = format!("{}@retry.{delay}", case.q());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while case.ready(&retry).await < WAITING as u32 {
+        host.assert_running();
+        assert!(Instant::now() < deadline, "{WAITING} messages not in {retry} after 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let node = leader(&retry);
+    kill(node);
+    let _revive = Revive(Some(node));
+    println!("killed node {node}, leader of {retry}, with {WAITING} messages waiting in it");
+    let (rows, distinct) = case
+        .await_effects(WAITING as i64, Duration::from_secs(60), &mut [&mut host])
+        .await;
+    assert_eq!((rows, distinct), (WAITING as i64, WAITING as i64), "each came back once");
+    assert_eq!(case.ready(&format!("{}@failed", case.q())).await, 0, "nothing parked");
+    host.stop().await;
+    case.cleanup(delay).await;
+}
