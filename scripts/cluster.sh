@@ -4,6 +4,8 @@
 #
 #   scripts/cluster.sh start       start the three nodes; the first start joins them into one
 #   scripts/cluster.sh stop        stop them (their data stays, the next start is quick)
+#   scripts/cluster.sh restart     stop and start (what the tests use: no node left over from
+#                                  an earlier run, in whatever state, is trusted)
 #   scripts/cluster.sh kill N      SIGKILL node N (1-3), as a crash or a pulled cable would
 #   scripts/cluster.sh revive N    start node N again after a kill; it rejoins by itself
 #   scripts/cluster.sh status      the nodes the cluster sees running
@@ -156,13 +158,20 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   case "${1:-}" in
     start) cluster_start ;;
     stop) cluster_stop ;;
+    restart)
+      cluster_stop
+      cluster_start || {
+        echo "== the cluster did not start; deleting its data and starting it afresh" >&2
+        cluster_stop && rm -rf "$CLUSTER_DIR" && cluster_start
+      }
+      ;;
     kill) cluster_kill "$(node_arg "${2:-}" kill)" ;;
     revive) n=$(node_arg "${2:-}" revive) && cluster_start_node "$n" && cluster_await_node "$n" ;;
     status) cluster_status ;;
     urls) cluster_urls ;;
     wipe) cluster_stop && rm -rf "$CLUSTER_DIR" ;;
     *)
-      sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
       exit 2
       ;;
   esac

@@ -37,7 +37,7 @@ step "tests that restart RabbitMQ or PostgreSQL or change RabbitMQ for everyone 
 # cluster_*: many hosts on a three-node RabbitMQ cluster on this machine (scripts/cluster.sh),
 # killing nodes; the cluster is started for them and stopped after, whatever they answer.
 cluster_tests() {
-  scripts/cluster.sh start || return 1
+  scripts/cluster.sh restart || return 1
   local rc=0
   cargo test --locked -p worker-host --test integration -- --test-threads=1 cluster_ || rc=$?
   scripts/cluster.sh stop || true

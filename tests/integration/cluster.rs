@@ -38,7 +38,10 @@ impl Case {
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL: {e}\nstart it with: {}", POSTGRES.start));
         let create = format!("CREATE TABLE {rows} (id VARCHAR(64) NOT NULL)");
-        sqlx::query(AssertSqlSafe(create)).execute(&db).await.expect("create rows");
+        sqlx::query(AssertSqlSafe(create))
+            .execute(&db)
+            .await
+            .expect("create rows");
         let (conn, ch) = support::channel().await;
         Case {
             p,
@@ -97,13 +100,22 @@ impl Case {
         let deadline = Instant::now() + Duration::from_secs(60);
         while queue_state(&self.conn, &self.q()).await.map(|s| s.1) != Some(consumers) {
             hosts.iter_mut().for_each(Host::assert_running);
-            assert!(Instant::now() < deadline, "{consumers} consumers on {} after 60 s", self.q());
+            assert!(
+                Instant::now() < deadline,
+                "{consumers} consumers on {} after 60 s",
+                self.q()
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
     /// Waits until `distinct` ids are written, failing after `limit` with the count reached.
-    async fn await_effects(&self, distinct: i64, limit: Duration, hosts: &mut [&mut Host]) -> (i64, i64) {
+    async fn await_effects(
+        &self,
+        distinct: i64,
+        limit: Duration,
+        hosts: &mut [&mut Host],
+    ) -> (i64, i64) {
         let deadline = Instant::now() + limit;
         loop {
             let seen = self.effects().await;
@@ -127,15 +139,23 @@ impl Case {
 
     async fn cleanup(self, delay: &str) {
         let q = self.q();
-        for queue in [q.clone(), format!("{q}@failed"), format!("{q}@retry.{delay}")] {
+        for queue in [
+            q.clone(),
+            format!("{q}@failed"),
+            format!("{q}@retry.{delay}"),
+        ] {
             if let Ok(ch) = self.conn.create_channel().await {
-                let _ = ch.queue_delete(queue.as_str().into(), Default::default()).await;
+                let _ = ch
+                    .queue_delete(queue.as_str().into(), Default::default())
+                    .await;
             }
         }
         for e in ["master", "retry", "failed"] {
             if let Ok(ch) = self.conn.create_channel().await {
                 let name = format!("{}.{e}", self.p);
-                let _ = ch.exchange_delete(name.as_str().into(), Default::default()).await;
+                let _ = ch
+                    .exchange_delete(name.as_str().into(), Default::default())
+                    .await;
             }
         }
         let drop = format!("DROP TABLE IF EXISTS {}", self.rows);
@@ -164,26 +184,32 @@ async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
     let sub = case.subscription(delay);
     let mut hosts: Vec<Host> = (0..3).map(|_| Host::start(&case.p, &sub)).collect();
     case.await_consumers(3, &mut hosts).await;
-    let messages: Vec<_> = (0..MESSAGES).map(|i| case.message(i, i % 10 == 0)).collect();
+    let messages: Vec<_> = (0..MESSAGES)
+        .map(|i| case.message(i, i % 10 == 0))
+        .collect();
     let started = Instant::now();
     case.publish(&messages).await;
     println!("published {MESSAGES} in {:?}", started.elapsed());
 
     // The node leading Q dies mid-stream.
     let mut alive: Vec<&mut Host> = hosts.iter_mut().collect();
-    case.await_effects(2_000, Duration::from_secs(120), &mut alive).await;
+    case.await_effects(2_000, Duration::from_secs(120), &mut alive)
+        .await;
     let node = leader(&case.q());
     let before = case.effects().await.1;
     let killed = Instant::now();
     kill(node);
     let _revive = Revive(Some(node));
-    let resumed = case.await_effects(before + 100, Duration::from_secs(15), &mut alive).await;
+    let resumed = case
+        .await_effects(before + 100, Duration::from_secs(15), &mut alive)
+        .await;
     let failover = killed.elapsed();
     println!("killed node {node} (leader of Q) at {before} ids; 100 more after {failover:?}");
 
     // A host dies mid-stream; the other two finish.
     let target = (resumed.1 + 2_000).min(MESSAGES as i64 - 1_000);
-    case.await_effects(target, Duration::from_secs(120), &mut alive).await;
+    case.await_effects(target, Duration::from_secs(120), &mut alive)
+        .await;
     alive.remove(0).kill();
     println!("SIGKILLed host 1 at {target}+ ids");
     let (rows, distinct) = case
@@ -192,12 +218,18 @@ async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
     let q = case.q();
     let deadline = Instant::now() + Duration::from_secs(30);
     while case.ready(&q).await + case.ready(&format!("{q}@retry.{delay}")).await > 0 {
-        assert!(Instant::now() < deadline, "Q or its retry queue not empty after 30 s");
+        assert!(
+            Instant::now() < deadline,
+            "Q or its retry queue not empty after 30 s"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let mut duplicates = 0.0;
     for host in &alive {
-        duplicates += host.metric("worker_duplicates_total", "").await.unwrap_or(0.0);
+        duplicates += host
+            .metric("worker_duplicates_total", "")
+            .await
+            .unwrap_or(0.0);
     }
     let total = started.elapsed();
     println!(
@@ -209,8 +241,15 @@ async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
     );
     assert_eq!(distinct, MESSAGES as i64, "every message handled");
     assert_eq!(rows, distinct, "no effect applied twice");
-    assert_eq!(case.ready(&format!("{q}@failed")).await, 0, "nothing parked");
-    assert!(failover < Duration::from_secs(15), "handling resumed in {failover:?}");
+    assert_eq!(
+        case.ready(&format!("{q}@failed")).await,
+        0,
+        "nothing parked"
+    );
+    assert!(
+        failover < Duration::from_secs(15),
+        "handling resumed in {failover:?}"
+    );
     for host in hosts.into_iter().skip(1) {
         host.stop().await;
     }
@@ -223,7 +262,8 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
     let case = Case::new("cl-hop").await;
     let delay = "8s";
     let mut host = Host::start(&case.p, &case.subscription(delay));
-    case.await_consumers(1, std::slice::from_mut(&mut host)).await;
+    case.await_consumers(1, std::slice::from_mut(&mut host))
+        .await;
     let messages: Vec<_> = (0..WAITING).map(|i| case.message(i, true)).collect();
     case.publish(&messages).await;
 
@@ -232,7 +272,10 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
     let deadline = Instant::now() + Duration::from_secs(30);
     while case.ready(&retry).await < WAITING as u32 {
         host.assert_running();
-        assert!(Instant::now() < deadline, "{WAITING} messages not in {retry} after 30 s");
+        assert!(
+            Instant::now() < deadline,
+            "{WAITING} messages not in {retry} after 30 s"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let node = leader(&retry);
@@ -242,8 +285,16 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
     let (rows, distinct) = case
         .await_effects(WAITING as i64, Duration::from_secs(60), &mut [&mut host])
         .await;
-    assert_eq!((rows, distinct), (WAITING as i64, WAITING as i64), "each came back once");
-    assert_eq!(case.ready(&format!("{}@failed", case.q())).await, 0, "nothing parked");
+    assert_eq!(
+        (rows, distinct),
+        (WAITING as i64, WAITING as i64),
+        "each came back once"
+    );
+    assert_eq!(
+        case.ready(&format!("{}@failed", case.q())).await,
+        0,
+        "nothing parked"
+    );
     host.stop().await;
     case.cleanup(delay).await;
 }

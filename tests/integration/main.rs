@@ -1,9 +1,10 @@
 //! The one integration-test binary: everything here talks to a real RabbitMQ at
-//! 127.0.0.1:5672 (or `WORKER_TEST_BROKER_URL`). A missing broker fails loudly.
+//! 127.0.0.1:5672 (or `WORKER_TEST_BROKER_URL`). A missing broker fails loudly. The `cluster_`
+//! tests use the three-node cluster of scripts/cluster.sh instead (127.0.0.1:5673-5675).
 
 mod capabilities;
-mod cluster;
 mod cli;
+mod cluster;
 mod common;
 mod components;
 mod consumer;

@@ -59,10 +59,7 @@ fn cluster_sh(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        out.status.success(),
-        "scripts/cluster.sh {args:?}: {text}"
-    );
+    assert!(out.status.success(), "scripts/cluster.sh {args:?}: {text}");
     text
 }
 
@@ -130,7 +127,12 @@ pub async fn queue_state(conn: &Connection, queue: &str) -> Option<(u32, u32)> {
 
 /// Publishes `bodies` (persistent, each with its message id) to `exchange`, 500 confirms in
 /// flight at a time.
-pub async fn publish_all(ch: &lapin::Channel, exchange: &str, key: &str, bodies: &[(String, String)]) {
+pub async fn publish_all(
+    ch: &lapin::Channel,
+    exchange: &str,
+    key: &str,
+    bodies: &[(String, String)],
+) {
     for chunk in bodies.chunks(500) {
         let mut confirms = Vec::with_capacity(chunk.len());
         for (id, body) in chunk {
@@ -138,13 +140,22 @@ pub async fn publish_all(ch: &lapin::Channel, exchange: &str, key: &str, bodies:
                 .with_message_id(id.as_str().into())
                 .with_delivery_mode(2);
             let confirm = ch
-                .basic_publish(exchange.into(), key.into(), Default::default(), body.as_bytes(), props)
+                .basic_publish(
+                    exchange.into(),
+                    key.into(),
+                    Default::default(),
+                    body.as_bytes(),
+                    props,
+                )
                 .await
                 .expect("publish");
             confirms.push(confirm);
         }
         for confirm in confirms {
-            assert!(confirm.await.expect("confirm").is_ack(), "the cluster refused a publish");
+            assert!(
+                confirm.await.expect("confirm").is_ack(),
+                "the cluster refused a publish"
+            );
         }
     }
 }
@@ -221,7 +232,11 @@ impl Host {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                assert!(status.success(), "worker-host exited with {status}:\n{}", self.log());
+                assert!(
+                    status.success(),
+                    "worker-host exited with {status}:\n{}",
+                    self.log()
+                );
                 return;
             }
             assert!(
