@@ -2,7 +2,8 @@
 //! queues, the capability probe writing each message's id to PostgreSQL with the outbox on:
 //! killing the node that leads `Q` and SIGKILLing one host lose nothing and apply no effect
 //! twice; a message waiting in a retry queue survives the death of that queue's leader (the
-//! at-least-once dead-lettering proven). They need the cluster, which scripts/test.sh starts
+//! at-least-once dead-lettering proven); a message that keeps killing hosts is parked when it
+//! passes the queue's delivery limit, not lost. They need the cluster, which scripts/test.sh starts
 //! for them and stops after (the `cluster_` prefix); they run alone, one at a time.
 
 mod support;
@@ -56,12 +57,13 @@ impl Case {
         format!("{}.q", self.p)
     }
 
-    /// The probe on quorum queue `Q`, with the outbox on PostgreSQL, retrying after `delay`.
-    fn subscription(&self, delay: &str) -> String {
+    /// The probe on quorum queue `Q`, with the outbox on PostgreSQL, retrying after `delay`;
+    /// `extra`: more keys of the subscription.
+    fn subscription(&self, delay: &str, extra: &str) -> String {
         format!(
             "[[subscription]]\nqueue = \"{q}\"\nplugin = \"cap_probe.wasm\"\n\
              bindings = [\"{q}.*\"]\nqueue_type = \"quorum\"\nretry_delays = [\"{delay}\"]\n\
-             max_retries = 3\nconcurrency = 8\nprefetch = 16\nsql = \"db\"\noutbox = true\n\n\
+             max_retries = 3\nconcurrency = 8\nprefetch = 16\nsql = \"db\"\noutbox = true\n{extra}\n\
              [sql.db]\nurl = \"{POSTGRES_URL}\"\n",
             q = self.q()
         )
@@ -181,7 +183,7 @@ const MESSAGES: usize = 10_000;
 async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
     let case = Case::new("cl-three").await;
     let delay = "1s";
-    let sub = case.subscription(delay);
+    let sub = case.subscription(delay, "");
     let mut hosts: Vec<Host> = (0..3).map(|_| Host::start(&case.p, &sub)).collect();
     case.await_consumers(3, &mut hosts).await;
     let messages: Vec<_> = (0..MESSAGES)
@@ -261,7 +263,7 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
     const WAITING: usize = 300;
     let case = Case::new("cl-hop").await;
     let delay = "8s";
-    let mut host = Host::start(&case.p, &case.subscription(delay));
+    let mut host = Host::start(&case.p, &case.subscription(delay, ""));
     case.await_consumers(1, std::slice::from_mut(&mut host))
         .await;
     let messages: Vec<_> = (0..WAITING).map(|i| case.message(i, true)).collect();
@@ -297,4 +299,63 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
     );
     host.stop().await;
     case.cleanup(delay).await;
+}
+
+#[tokio::test]
+async fn cluster_a_message_over_its_delivery_limit_is_parked() {
+    let case = Case::new("cl-limit").await;
+    // A poison message that takes its host down every time: redelivered once, then over the
+    // limit. RabbitMQ drops such a message, dead-lettering it: Q's dead-letter exchange is the
+    // failed exchange with key Q, so it is parked.
+    let policy = format!("{}-limit", case.p);
+    let pattern = format!("^{}$", case.q().replace('.', "\\."));
+    support::rabbitmqctl(&[
+        "set_policy",
+        "--apply-to",
+        "queues",
+        &policy,
+        &pattern,
+        r#"{"delivery-limit": 1}"#,
+    ]);
+    let sub = case.subscription("1s", "timeout = \"60s\"\n");
+    let script = json!({"id": "poison", "answer": "sleep"}).to_string();
+    let failed = format!("{}@failed", case.q());
+    for round in 1..=2 {
+        let mut host = Host::start(&case.p, &sub);
+        case.await_consumers(1, std::slice::from_mut(&mut host))
+            .await;
+        if round == 1 {
+            case.publish(&[("poison".to_owned(), script.clone())]).await;
+        }
+        // Taken (nothing ready), then the host dies with it.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while case.ready(&case.q()).await > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the message was not taken"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        host.kill();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while case.ready(&failed).await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "not parked in {failed} after 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(case.ready(&case.q()).await, 0, "not left in Q");
+    let parked = common::get(&case.ch, &failed)
+        .await
+        .expect("the parked message");
+    let headers = common::headers_of(&parked);
+    assert_eq!(
+        headers.get("x-first-death-reason").map(String::as_str),
+        Some("delivery_limit"),
+        "dropped for its delivery limit: {headers:?}"
+    );
+    support::rabbitmqctl(&["clear_policy", &policy]);
+    case.cleanup("1s").await;
 }

@@ -73,6 +73,22 @@ pub fn revive(node: usize) {
     cluster_sh(&["revive", &node.to_string()]);
 }
 
+/// `rabbitmqctl args` on a running node; fails the test when it fails.
+pub fn rabbitmqctl(args: &[&str]) {
+    let node = (1..=3).find(|n| answers(*n)).expect("a running node");
+    let out = Command::new("rabbitmqctl")
+        .args(["-q", "-n", &format!("wh-c{node}@localhost")])
+        .args(args)
+        .output()
+        .expect("run rabbitmqctl");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The node (1-3) leading quorum queue `queue`, asked of a node that is running.
 pub fn leader(queue: &str) -> usize {
     for node in (1..=3).filter(|n| answers(*n)) {
