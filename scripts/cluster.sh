@@ -35,7 +35,8 @@ cluster_env() {
   local n=$1 dir="$CLUSTER_DIR/n$1"
   echo "HOME=/var/lib/rabbitmq RABBITMQ_NODENAME=$(cluster_node "$n")" \
     "RABBITMQ_NODE_PORT=$(cluster_port "$n") RABBITMQ_DIST_PORT=$((25672 + n))" \
-    "RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins" \
+    "RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf RABBITMQ_ADVANCED_CONFIG_FILE=$dir/advanced.config" \
+    "RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins" \
     "RABBITMQ_MNESIA_BASE=$dir/mnesia RABBITMQ_LOG_BASE=$dir/log RABBITMQ_PID_FILE=$dir/pid"
 }
 
@@ -49,6 +50,9 @@ loopback_users.guest = true
 cluster_partition_handling = ignore
 EOF
   echo "[]." >"$dir/enabled_plugins"
+  # At-least-once dead-lettering (the retry queues) resends what its target did not confirm
+  # after this long (RabbitMQ's default: 3 minutes), so a kill's lost confirms cost seconds.
+  echo "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}]." >"$dir/advanced.config"
   chown -R rabbitmq:rabbitmq "$CLUSTER_DIR"
 }
 
