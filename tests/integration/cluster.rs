@@ -101,7 +101,7 @@ impl Case {
     async fn await_consumers(&self, consumers: u32, hosts: &mut [Host]) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while queue_state(&self.conn, &self.q()).await.map(|s| s.1) != Some(consumers) {
-            hosts.iter_mut().for_each(Host::assert_running);
+            hosts.iter_mut().for_each(|h| h.process.assert_running());
             assert!(
                 Instant::now() < deadline,
                 "{consumers} consumers on {} after 60 s",
@@ -124,7 +124,7 @@ impl Case {
             if seen.1 >= distinct {
                 return seen;
             }
-            hosts.iter_mut().for_each(|h| h.assert_running());
+            hosts.iter_mut().for_each(|h| h.process.assert_running());
             assert!(
                 Instant::now() < deadline,
                 "{} of {distinct} ids written after {limit:?}",
@@ -216,7 +216,7 @@ async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
     let target = (resumed.1 + 2_000).min(MESSAGES as i64 - 1_000);
     case.await_effects(target, Duration::from_secs(120), &mut alive)
         .await;
-    alive.remove(0).kill();
+    alive.remove(0).process.kill();
     println!("SIGKILLed host 1 at {target}+ ids");
     // The dead node comes back, as a supervised one would. RabbitMQ 3.10's at-least-once
     // dead-lettering can stall when the node leading both a retry queue and its target dies
@@ -265,8 +265,8 @@ async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
         failover < Duration::from_secs(15),
         "handling resumed in {failover:?}"
     );
-    for host in hosts.into_iter().skip(1) {
-        host.stop().await;
+    for mut host in hosts.into_iter().skip(1) {
+        host.process.stop().await;
     }
     case.cleanup(delay).await;
 }
@@ -286,7 +286,7 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
     let retry = format!("{}@retry.{delay}", case.q());
     let deadline = Instant::now() + Duration::from_secs(30);
     while case.ready(&retry).await < WAITING as u32 {
-        host.assert_running();
+        host.process.assert_running();
         assert!(
             Instant::now() < deadline,
             "{WAITING} messages not in {retry} after 30 s"
@@ -310,7 +310,7 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
         0,
         "nothing parked"
     );
-    host.stop().await;
+    host.process.stop().await;
     case.cleanup(delay).await;
 }
 
@@ -349,7 +349,7 @@ async fn cluster_a_message_over_its_delivery_limit_is_parked() {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        host.kill();
+        host.process.kill();
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     while case.ready(&failed).await == 0 {

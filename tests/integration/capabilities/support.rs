@@ -99,9 +99,10 @@ enum Runner {
     Child(ChildHost),
 }
 
-/// The binary as a child process, logging to a file; killed if still running when dropped
-/// (its log printed when the test is failing).
-struct ChildHost {
+/// The binary as a child process with the probe in its plugins folder, in a temp dir of its
+/// own, logging to a file; killed if still running when dropped (its log printed when the test
+/// is failing).
+pub(crate) struct ChildHost {
     child: Child,
     log: PathBuf,
     config: PathBuf,
@@ -132,12 +133,43 @@ pub(crate) fn spawn(config: &Path, log: &Path, env: &[(&str, &str)]) -> Child {
 }
 
 impl ChildHost {
-    fn log(&self) -> String {
+    /// Starts the binary on the worker.toml `toml` makes of the host's own folder (for its
+    /// `[state] dir`, say), with `env` added to its environment.
+    pub(crate) fn start(toml: impl FnOnce(&Path) -> String, env: &[(&str, &str)]) -> ChildHost {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
+        std::fs::write(dir.path().join("plugins").join(PROBE), probe_wasm()).expect("plugin");
+        let config = dir.path().join("worker.toml");
+        std::fs::write(&config, toml(dir.path())).expect("worker.toml");
+        let log = dir.path().join("host.log");
+        let child = spawn(&config, &log, env);
+        ChildHost {
+            child,
+            log,
+            config,
+            _dir: dir,
+        }
+    }
+
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Fails the test when the process has exited.
+    pub(crate) fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("worker-host exited ({status}):\n{}", self.log());
+        }
+    }
+
+    /// SIGKILL: no drain, no acks for what it held.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, then waits for a clean exit.
-    async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())
@@ -199,20 +231,8 @@ impl Probe {
         env: &[(&str, &str)],
     ) -> Probe {
         let n = Names::new(test);
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
-        std::fs::write(dir.path().join("plugins").join(PROBE), probe_wasm()).expect("plugin");
-        let config = dir.path().join("worker.toml");
-        std::fs::write(&config, worker_toml(&n, subs, state, tables)).expect("worker.toml");
-        let log = dir.path().join("host.log");
-        let child = spawn(&config, &log, env);
-        let runner = Runner::Child(ChildHost {
-            child,
-            log,
-            config,
-            _dir: dir,
-        });
-        Probe::ready(n, subs, runner).await
+        let host = ChildHost::start(|_| worker_toml(&n, subs, state, tables), env);
+        Probe::ready(n, subs, Runner::Child(host)).await
     }
 
     async fn ready(n: Names, subs: &[Sub], runner: Runner) -> Probe {
@@ -249,10 +269,8 @@ impl Probe {
     }
 
     fn check_running(&mut self) {
-        if let Runner::Child(host) = &mut self.runner
-            && let Ok(Some(status)) = host.child.try_wait()
-        {
-            panic!("worker-host exited ({status}):\n{}", self.log());
+        if let Runner::Child(host) = &mut self.runner {
+            host.assert_running();
         }
     }
 

@@ -4,14 +4,14 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
 
 use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 
-use crate::capabilities::support::{PROBE, probe_wasm, spawn};
+use crate::capabilities::support::ChildHost;
 use crate::faults::support::metric;
 use crate::service::support::{free_addr, http_get};
 
@@ -176,60 +176,33 @@ pub async fn publish_all(
     }
 }
 
-/// A worker-host process on the cluster; killed when dropped (its log printed when the test
-/// is failing).
+/// A worker-host process on the cluster, with its admin endpoint.
 pub struct Host {
-    child: Child,
+    pub process: ChildHost,
     pub admin: SocketAddr,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
 }
 
 impl Host {
     /// Starts the binary with `subscription` (TOML of one `[[subscription]]` on the probe, and
     /// whatever tables it needs after it) on the cluster's URLs, with exchanges `<p>.*`.
     pub fn start(p: &str, subscription: &str) -> Host {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
-        std::fs::write(dir.path().join("plugins").join(PROBE), probe_wasm()).expect("plugin");
         let admin = free_addr();
         let urls = urls()
             .iter()
             .map(|u| format!("\"{u}\""))
             .collect::<Vec<_>>()
             .join(", ");
-        let toml = format!(
-            "[broker]\nurls = [{urls}]\n\n\
-             [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
-             [admin]\nlisten = \"{admin}\"\n\n[state]\ndir = \"{state}\"\n\n{subscription}\n",
-            state = dir.path().display()
-        );
-        let config = dir.path().join("worker.toml");
-        std::fs::write(&config, toml).expect("worker.toml");
-        let log = dir.path().join("host.log");
-        let child = spawn(&config, &log, &[]);
+        let toml = |dir: &Path| {
+            format!(
+                "[broker]\nurls = [{urls}]\n\n\
+                 [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
+                 [admin]\nlisten = \"{admin}\"\n\n[state]\ndir = \"{state}\"\n\n{subscription}\n",
+                state = dir.display()
+            )
+        };
         Host {
-            child,
+            process: ChildHost::start(toml, &[]),
             admin,
-            log,
-            _dir: dir,
-        }
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGKILL: no drain, no acks for what it held.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Fails the test when the process has exited.
-    pub fn assert_running(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("worker-host exited ({status}):\n{}", self.log());
         }
     }
 
@@ -237,42 +210,5 @@ impl Host {
     pub async fn metric(&self, name: &str, labels: &str) -> Option<f64> {
         let (_, text) = http_get(self.admin, "/metrics").await?;
         Some(metric(&text, name, labels))
-    }
-
-    /// SIGTERM and a clean exit within 30 s.
-    pub async fn stop(mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                assert!(
-                    status.success(),
-                    "worker-host exited with {status}:\n{}",
-                    self.log()
-                );
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "worker-host did not stop in 30 s:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            if std::thread::panicking() {
-                eprintln!("---- worker-host log ----\n{}", self.log());
-            }
-        }
     }
 }
