@@ -247,7 +247,9 @@ impl Tables<'_> {
 
     /// Removes up to [`SWEEP_BATCH`] keys whose time has come.
     fn sweep(&mut self) -> Result<(), KvError> {
-        let now = self.now.to_be_bytes();
+        // Index keys are the expiry then the key, so `..now + 1` is every key whose time is at
+        // or before now: the keys `live` already calls gone.
+        let now = self.now.saturating_add(1).to_be_bytes();
         let mut due = Vec::new();
         for entry in self
             .expiry
