@@ -165,6 +165,35 @@ pub async fn publish(
     assert!(confirm.is_ack(), "broker refused the publish");
 }
 
+/// Publishes (routing key, body, properties) to `exchange` as persistent messages on `ch`,
+/// which has confirms on, pipelined: all sends, then all confirms.
+pub async fn publish_pipelined(
+    ch: &lapin::Channel,
+    exchange: &str,
+    messages: impl IntoIterator<Item = (String, Vec<u8>, lapin::BasicProperties)>,
+) {
+    let mut confirms = Vec::new();
+    for (key, body, props) in messages {
+        let confirm = ch
+            .basic_publish(
+                exchange.into(),
+                key.as_str().into(),
+                lapin::options::BasicPublishOptions::default(),
+                &body,
+                props.with_delivery_mode(2),
+            )
+            .await
+            .expect("publish");
+        confirms.push(confirm);
+    }
+    for confirm in confirms {
+        assert!(
+            confirm.await.expect("confirm").is_ack(),
+            "broker refused a publish"
+        );
+    }
+}
+
 /// Takes one message from `queue` (acked), if any.
 pub async fn get(ch: &lapin::Channel, queue: &str) -> Option<lapin::message::BasicGetMessage> {
     ch.basic_get(

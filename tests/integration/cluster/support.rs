@@ -12,6 +12,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 use crate::capabilities::support::ChildHost;
+use crate::common;
 use crate::faults::support::metric;
 use crate::service::support::{free_addr, http_get};
 
@@ -150,29 +151,11 @@ pub async fn publish_all(
     bodies: &[(String, String)],
 ) {
     for chunk in bodies.chunks(500) {
-        let mut confirms = Vec::with_capacity(chunk.len());
-        for (id, body) in chunk {
-            let props = BasicProperties::default()
-                .with_message_id(id.as_str().into())
-                .with_delivery_mode(2);
-            let confirm = ch
-                .basic_publish(
-                    exchange.into(),
-                    key.into(),
-                    Default::default(),
-                    body.as_bytes(),
-                    props,
-                )
-                .await
-                .expect("publish");
-            confirms.push(confirm);
-        }
-        for confirm in confirms {
-            assert!(
-                confirm.await.expect("confirm").is_ack(),
-                "the cluster refused a publish"
-            );
-        }
+        let messages = chunk.iter().map(|(id, body)| {
+            let props = BasicProperties::default().with_message_id(id.as_str().into());
+            (key.to_owned(), body.clone().into_bytes(), props)
+        });
+        common::publish_pipelined(ch, exchange, messages).await;
     }
 }
 

@@ -5,7 +5,7 @@
 
 use crate::common::{self};
 use futures_util::StreamExt;
-use lapin::options::{BasicConsumeOptions, BasicPublishOptions};
+use lapin::options::BasicConsumeOptions;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection};
 use std::collections::BTreeMap;
@@ -130,31 +130,12 @@ pub async fn publish_to(
     ch.confirm_select(Default::default())
         .await
         .expect("confirms");
-    let mut confirms = Vec::new();
-    for (key, body, to) in messages {
+    let messages = messages.into_iter().map(|(key, body, to)| {
         let mut h = FieldTable::default();
         h.insert("pub-exchange".into(), outcome::text(&to));
-        let props = BasicProperties::default()
-            .with_headers(h)
-            .with_delivery_mode(2);
-        let confirm = ch
-            .basic_publish(
-                exchange.into(),
-                key.as_str().into(),
-                BasicPublishOptions::default(),
-                &body,
-                props,
-            )
-            .await
-            .expect("publish");
-        confirms.push(confirm);
-    }
-    for confirm in confirms {
-        assert!(
-            confirm.await.expect("confirm").is_ack(),
-            "broker refused a publish"
-        );
-    }
+        (key, body, BasicProperties::default().with_headers(h))
+    });
+    common::publish_pipelined(&ch, exchange, messages).await;
     let _ = ch.close(200, "published".into()).await;
 }
 
