@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end throughput against the local RabbitMQ, bare lapin vs worker-host in the same run,
 # then the per-message wasm cost (criterion). Arguments go to the throughput bench
-# (--messages N, --runs R, --only aAbcdi to pick scenarios). Profiling the host under load:
+# (--messages N, --runs R, --only aAbcdiktgrpjqm to pick scenarios; q runs the Python peers
+# Celery and Dramatiq from a venv built here, pinned in host/benches/peers/requirements.txt).
+# Profiling the host under load:
 #   WORKER_BENCH_PERF=/tmp/host WORKER_BENCH_PERF_ARGS="-F 999 --call-graph dwarf,16384" \
 #     scripts/bench.sh --runs 1 --only bd      # writes /tmp/host-b.data, /tmp/host-d.data
 # Method, figures and findings: docs/performance.md.
@@ -9,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/broker.sh
 source scripts/rust.sh
+source scripts/python.sh
 
 ensure_cargo
 ensure_broker
@@ -16,6 +19,8 @@ ensure_broker
 for wasm in user_monitor demo_rust demo_python demo_js; do
     [ -f "plugins/$wasm.wasm" ] || { scripts/build-plugins.sh; break; }
 done
+ensure_python_venv plugins/target host/benches/peers/requirements.txt bench-peers-venv
+export WORKER_BENCH_PYTHON="$PY"
 cargo build --release --locked -p worker-host
 cargo bench --locked -p worker-host --bench throughput -- "$@"
 cargo bench --locked -p worker-host --bench plugin

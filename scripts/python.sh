@@ -2,6 +2,8 @@
 # The Python toolchain of the Python plugins: a venv under plugins/target with the pinned
 # componentize-py (plugin-sdk/python/requirements.txt). Sourced by build-python.sh and
 # test-python.sh; `ensure_python_venv TARGET_DIR` sets PY (the venv's python) and PY_VENV.
+# `ensure_python_venv TARGET_DIR REQUIREMENTS NAME` makes another venv, TARGET_DIR/NAME, from
+# other pinned requirements (scripts/bench.sh: the bench's Python peers).
 # The machine's python3 makes the venv when it can (it needs venv and ensurepip); else Debian's,
 # group python-plugins of scripts/packages.txt.
 source "$(dirname "${BASH_SOURCE[0]}")/packages.sh"
@@ -41,8 +43,9 @@ venv_capable_python() {
   echo /usr/bin/python3
 }
 
-ensure_python_venv() { # TARGET_DIR
-  PY_VENV="$1/python-venv"
+ensure_python_venv() { # TARGET_DIR [REQUIREMENTS NAME]
+  local requirements="${2:-$PY_REQUIREMENTS}"
+  PY_VENV="$1/${3:-python-venv}"
   PY="$PY_VENV/bin/python"
   # A venv whose interpreter is gone (another machine, a removed python) is made anew.
   if [ ! -x "$PY" ] || ! "$PY" -c 'import sys' 2>/dev/null; then
@@ -55,11 +58,11 @@ ensure_python_venv() { # TARGET_DIR
   fi
   # pip runs only when the pinned requirements changed since the last install.
   local want stamp="$PY_VENV/.requirements.sha256"
-  want=$(sha256sum <"$PY_REQUIREMENTS")
+  want=$(sha256sum <"$requirements")
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    echo "== python: pip install -r plugin-sdk/python/requirements.txt" >&2
+    echo "== python: pip install -r ${requirements#"$PY_REPO/"}" >&2
     ensure_packages python-pip || return 1
-    "$PY" -m pip install -q --disable-pip-version-check -r "$PY_REQUIREMENTS" || return 1
+    "$PY" -m pip install -q --disable-pip-version-check -r "$requirements" || return 1
     echo "$want" >"$stamp"
   fi
 }

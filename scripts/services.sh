@@ -91,6 +91,8 @@ ensure_postgres() {
     await_port 5432 PostgreSQL "service postgresql start"
   fi
   command -v psql >/dev/null 2>&1 || ensure_packages postgres
+  # It answers while its tracer lives, and fails every connection once that is gone.
+  untrace_services
   await_query PostgreSQL "service postgresql start" postgres_query postgres_configure postgres_restart
 }
 
@@ -129,6 +131,27 @@ ensure_redis() {
   echo "== starting Redis (redis-server --daemonize yes)" >&2
   redis-server --daemonize yes --save '' >/dev/null
   await_port 6379 Redis "redis-server --daemonize yes"
+}
+
+# Whether any process of `user` runs under a seccomp filter: one a test restarted under CI's trace
+# (scripts/check-packages.sh). Once that trace ends, the filter fails the server's every fork
+# with ENOSYS (PostgreSQL: "could not fork new process for connection").
+traced() {
+  local p
+  for p in $(pgrep -u "$1" || true); do
+    grep -q '^Seccomp:[[:space:]]*2' "/proc/$p/status" 2>/dev/null && return 0
+  done
+  return 1
+}
+
+# Restarts, from this untraced process, a server a test restarted under the trace, so CI leaves
+# the machine's servers as it found them. RabbitMQ's restart tests restart its application, not
+# its process, so only PostgreSQL can be left so.
+untrace_services() {
+  if traced postgres; then
+    echo "== restarting PostgreSQL, restarted under the trace by a test" >&2
+    postgres_restart
+  fi
 }
 
 ensure_services() {

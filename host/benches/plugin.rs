@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use worker_host::plugin::{
-    Answer, Input, Instances, Limits, Meta, PublishPolicy, Runtime, RuntimeConfig,
+    Answer, CompilePriority, Input, Instances, Limits, Meta, PublishPolicy, Runtime, RuntimeConfig,
 };
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -62,6 +62,7 @@ pub(crate) fn runtime_config(cache_dir: &std::path::Path) -> RuntimeConfig {
         max_memory: 64 << 20,
         cache_dir: Some(cache_dir.to_path_buf()),
         compiler_exe: Some(env!("CARGO_BIN_EXE_worker-host").into()),
+        compile_priority: CompilePriority::Background,
     }
 }
 

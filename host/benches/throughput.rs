@@ -7,13 +7,18 @@
 //! (d) worker-host with an SDK plugin (user_monitor.wasm) parsing a 1 KiB JSON body;
 //! (a+), for reference only (not the denominator): a bare consumer acking with `multiple=true`,
 //!     the trick worker-host itself uses;
+//! (t) (b) with `[tracing]` exporting every span to a collector, and (t-) with the collector
+//!     gone: the cost of tracing, as a ratio to (b) of the same run (`traced.rs`);
 //! (k) the time one capability call adds per message: kv get+set (embedded, Redis), one SQL
 //!     insert (SQLite, PostgreSQL), the same insert with `outbox = true`, against the same
-//!     component doing nothing (`caps.rs`).
+//!     component doing nothing (`caps.rs`);
+//! (r), (p), (j) the demo components (Rust, Python, JavaScript) on the 1 KiB JSON body, and (q)
+//!     the Python peers Celery and Dramatiq on the same body; (m) the peak RSS of a host with 8
+//!     mixed subscriptions (`languages.rs`).
 //! Prints msgs/s, the ratio of each to (a), the host's peak RSS, and its RSS with 8 idle
 //! subscriptions.
 //!
-//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbcdik]`
+//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbcdiktgrpjqm]`
 //! (`WORKER_BENCH_PERF`: see `start_perf`)
 //! (cargo builds the worker-host binary it runs; scripts/bench.sh builds the plugins first).
 //! Every message carries a unique message id (the outbox keys on it). Run with a quiet machine;
@@ -35,8 +40,12 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
 #[path = "throughput/caps.rs"]
 mod caps;
+#[path = "throughput/languages.rs"]
+mod languages;
 #[path = "throughput/process.rs"]
 mod process;
+#[path = "throughput/traced.rs"]
+mod traced;
 use process::*;
 
 const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -57,8 +66,10 @@ const RETRY_ONCE_WAT: &str = r#"(module
 struct Args {
     messages: u64,
     runs: usize,
-    /// Scenarios to run: letters of `aAbcdik` (`A`: a' and the batched-ack bare consumer; `i`: idle
-    /// RSS; `k`: capability costs).
+    /// Scenarios to run: letters of `aAbcdiktgrpjqm` (`A`: a' and the batched-ack bare consumer;
+    /// `i`: idle RSS; `k`: capability costs; `t`: tracing to a collector; `g`: tracing, collector
+    /// gone; `r`, `p`, `j`: Rust, Python, JS components; `q`: Celery and Dramatiq; `m`: mixed
+    /// host RSS).
     only: String,
 }
 
@@ -66,7 +77,7 @@ fn args() -> Args {
     let mut a = Args {
         messages: 20_000,
         runs: 3,
-        only: "aAbcdik".into(),
+        only: "aAbcdiktgrpjqm".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -118,6 +129,18 @@ async fn bench(args: Args) {
     let (mut a_mt, mut a_ct, mut a_rep, mut a_multi) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut t, mut g) = (Vec::new(), Vec::new());
+    let (collector, exported) = traced::collector().await;
+    let gone = traced::gone();
+    let state = std::env::temp_dir().join(unique("bench-state"));
+    let langs = languages::Ctx {
+        bin: &host_bin,
+        root: &root,
+        n,
+        json: &json,
+        state: &state,
+    };
+    let mut lang = languages::Results::default();
     let mut peak_rss = 0u64;
     for run in 0..args.runs {
         if on('a') {
@@ -139,6 +162,18 @@ async fn bench(args: Args) {
                 peak_rss = peak_rss.max(rss);
             }
         }
+        for (letter, out, addr) in [('t', &mut t, &collector), ('g', &mut g, &gone)] {
+            if on(letter) {
+                let extra = traced::extra(addr);
+                let plugin = Plugin::Wat(OK_WAT);
+                out.push(
+                    host_with(&host_bin, plugin, n, &body, letter, &extra)
+                        .await
+                        .0,
+                );
+            }
+        }
+        languages::run(&langs, on, &mut lang).await;
         eprintln!("run {} done", run + 1);
     }
     let med = |v: &Vec<f64>| {
@@ -172,6 +207,25 @@ async fn bench(args: Args) {
     row("(b)  worker-host, ok plugin (WAT)", med(&b));
     row("(c)  worker-host, retried once then ok", med(&c));
     row("(d)  worker-host, SDK plugin parsing 1 KiB JSON", med(&d));
+    row(
+        "(t)  worker-host, ok plugin, tracing to a collector",
+        med(&t),
+    );
+    row(
+        "(t-) worker-host, ok plugin, tracing, collector gone",
+        med(&g),
+    );
+    languages::print(&lang, a);
+    let _ = std::fs::remove_dir_all(&state);
+    let traced = !t.is_empty() || !g.is_empty();
+    if !b.is_empty() && traced {
+        println!(
+            "(t) / (b) = {:.3}, (t-) / (b) = {:.3} (collector received {} KiB)",
+            med(&t) / med(&b),
+            med(&g) / med(&b),
+            exported.load(Ordering::Relaxed) / 1024
+        );
+    }
     if !c.is_empty() && !a_rep.is_empty() {
         println!("(c) / (a') = {:.2}", med(&c) / med(&a_rep));
     }

@@ -3,7 +3,9 @@
 //! connection is bounded in time and in number (`conns`), and failed accepts (out of file
 //! descriptors) are logged and retried.
 
+mod api;
 mod conns;
+mod page;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,6 +27,7 @@ use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
 use crate::reload::PluginSet;
+pub(crate) use api::Console;
 use conns::{Conns, Ticket};
 
 /// Most connections open at once; when full, the one idle the longest is closed for a new one.
@@ -51,18 +54,22 @@ struct AppState {
 pub async fn serve(
     listen: SocketAddr,
     metrics: Arc<Metrics>,
-    plugins: PluginSet,
+    console: Console,
     cancel: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen} for [admin]"))?;
-    info!(%listen, "admin endpoint up: /metrics /healthz /readyz");
+    info!(%listen, "admin endpoint up: /metrics /healthz /readyz /failed /api/failed");
+    let plugins = console.plugins.clone();
+    let max_upload = usize::try_from(console.config.plugins.max_plugin_size).unwrap_or(usize::MAX);
     let app = Router::new()
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .with_state(AppState { metrics, plugins });
+        .with_state(AppState { metrics, plugins })
+        .merge(api::routes(console, max_upload))
+        .merge(page::routes());
     Ok(tokio::spawn(accept_loop(listener, app, cancel)))
 }
 

@@ -10,7 +10,9 @@ use lapin::types::FieldTable;
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
 };
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
+
+use crate::telemetry;
 
 /// No broker URL answered; commands exit with code 2 for this.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +125,16 @@ impl PublishError {
         }
     }
 
+    /// A short name of the kind of failure (the `error.type` of a publish span).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PublishError::Unroutable { .. } => "unroutable",
+            PublishError::Nacked { .. } => "nacked",
+            PublishError::ChannelClosed { .. } => "channel_closed",
+            PublishError::Broken { .. } => "connection",
+        }
+    }
+
     fn from_lapin(exchange: &str, err: &lapin::Error) -> PublishError {
         let exchange = exchange.to_string();
         let text = describe(err);
@@ -141,6 +153,24 @@ impl PublishError {
 /// Publishes and waits for the broker's confirm (the channel must be in confirm mode). With
 /// `mandatory`, an unroutable message is an error, not a silent drop.
 pub async fn publish_confirmed(
+    channel: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    properties: BasicProperties,
+    mandatory: bool,
+) -> Result<(), PublishError> {
+    let (span, properties) = telemetry::publish_span(exchange, routing_key, properties);
+    let result = publish(channel, exchange, routing_key, body, properties, mandatory)
+        .instrument(span.clone())
+        .await;
+    if let Err(err) = &result {
+        telemetry::failed(&span, err.kind());
+    }
+    result
+}
+
+async fn publish(
     channel: &Channel,
     exchange: &str,
     routing_key: &str,

@@ -65,6 +65,9 @@ pub enum Command {
         /// The host's largest memory limit, in bytes.
         #[arg(long)]
         max_memory: u64,
+        /// Lower the compiler's priority by this much (the service asks for 10).
+        #[arg(long, default_value_t = 0)]
+        nice: i32,
     },
     /// Create a new plugin project (a component) in the plugins folder.
     NewPlugin {
@@ -142,6 +145,24 @@ pub enum FailedCommand {
         /// The messages whose worker-error contains TEXT or whose worker-failed-reason is TEXT.
         #[arg(long, value_name = "TEXT", value_parser = NonEmptyStringValueParser::new())]
         reason: Option<String>,
+    },
+    /// Run parked messages through the plugin with every effect captured, not performed;
+    /// prints one JSON object per message. The messages stay parked.
+    ///
+    /// Publishes, HTTP requests, key-value writes and SQL statements are recorded (SQL runs in
+    /// a transaction that is rolled back); nothing leaves the host.
+    DryRun {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The subscription queue (not the @failed one).
+        #[arg(long)]
+        queue: String,
+        /// Try this plugin file instead of the subscription's (a fix, before it is deployed).
+        #[arg(long, value_name = "FILE")]
+        plugin: Option<PathBuf>,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<u64>,
     },
     /// Remove parked messages for good, one audit line each in the log; prints how many.
     #[command(group(ArgGroup::new("pick").required(true).args(["ids", "all"])))]

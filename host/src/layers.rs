@@ -8,6 +8,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("failpoint", 0),
     ("scaffold", 0),
     ("stdout", 0),
+    ("telemetry", 0),
     ("wit", 0),
     ("broker", 1),
     ("metrics", 1),

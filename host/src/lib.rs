@@ -1,5 +1,9 @@
 //! worker-host: RabbitMQ consumers as sandboxed WebAssembly plugins.
 
+// The dry-run futures (a plugin call inside capture scopes inside the failed-queue walk) nest
+// deeper than the default 128 when an optimized build computes their layout.
+#![recursion_limit = "256"]
+
 mod admin;
 mod broker;
 pub mod capability;
@@ -21,6 +25,7 @@ mod reload;
 mod scaffold;
 pub mod service;
 mod stdout;
+pub mod telemetry;
 pub mod topology;
 mod wit;
 

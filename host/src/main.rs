@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use worker_host::cli::{Cli, Command, LogFormat};
+use worker_host::config::{Config, ConfigError, TracingConfig, Warning};
+use worker_host::telemetry::Telemetry;
 use worker_host::{commands, descriptors, exit_code, service};
 
 fn main() -> ExitCode {
@@ -16,21 +18,37 @@ fn main() -> ExitCode {
         }
     };
     let json = cli.log_format == LogFormat::Json;
-    init_tracing(cli.log_format, matches!(cli.command, Command::Run(_)));
-    // Before the runtime starts: its threads and everything they open get the raised limit.
-    raise_open_file_limit();
-    if let Err(err) = descriptors::start_compat_runtime() {
+    // The service's config is read first: `[tracing]` decides where spans go.
+    let loaded = match &cli.command {
+        Command::Run(args) => Some(Config::load(&args.path)),
+        _ => None,
+    };
+    // Before the runtimes start: their threads and everything they open get the raised limit.
+    let limit = descriptors::raise_open_file_limit();
+    let compat = descriptors::start_compat_runtime();
+    let runtime = tokio::runtime::Runtime::new();
+    let tracing_config = match (&loaded, &runtime) {
+        (Some(Ok((config, _))), Ok(rt)) => config.tracing.clone().map(|t| (t, rt.handle().clone())),
+        _ => None,
+    };
+    let telemetry = init_tracing(cli.log_format, loaded.is_some(), tracing_config);
+    report_open_file_limit(limit);
+    if let Err(err) = compat {
         report(&err, json);
         return ExitCode::from(1);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(run(cli.command));
+    let result = runtime.block_on(run(cli.command, loaded));
+    // Queued spans go out while the runtime that sends them still runs.
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
     // Tasks still running (a plugin compile on the blocking pool) must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
@@ -42,25 +60,27 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs the service, or one of the one-shot commands.
-async fn run(command: Command) -> anyhow::Result<()> {
-    match command {
-        Command::Run(args) => {
+type Loaded = Result<(Config, Vec<Warning>), ConfigError>;
+
+/// Runs the service (its config already read), or one of the one-shot commands.
+async fn run(command: Command, loaded: Option<Loaded>) -> anyhow::Result<()> {
+    match (command, loaded) {
+        (Command::Run(_), Some(loaded)) => {
             // Warnings go through the log so `--log-format json` stays one object per line.
-            let (config, warnings) = worker_host::config::Config::load(&args.path)?;
+            let (config, warnings) = loaded?;
             for warning in &warnings {
                 tracing::warn!("{warning}");
             }
             service::run(config, shutdown_signal()).await
         }
-        other => commands::dispatch(other).await,
+        (other, _) => commands::dispatch(other).await,
     }
 }
 
-/// Raises the soft open-file limit (see `descriptors`) and logs the change; failing that, the
-/// host runs with the limit it has.
-fn raise_open_file_limit() {
-    match descriptors::raise_open_file_limit() {
+/// Logs the raise of the soft open-file limit (see `descriptors`); failing that, the host
+/// runs with the limit it has.
+fn report_open_file_limit(limit: std::io::Result<descriptors::OpenFileLimit>) {
+    match limit {
         Ok(limit) if limit.before != limit.after => tracing::info!(
             "open-file limit raised from {} to {}",
             show_limit(limit.before),
@@ -87,9 +107,15 @@ fn show_limit(limit: Option<u64>) -> String {
 
 /// RUST_LOG wins; otherwise the service logs at info and one-shot commands only warnings.
 /// lapin's own error lines repeat what our errors say, so they are off by default. The audit
-/// lines of `failed discard` are always on: RUST_LOG cannot silence them.
-fn init_tracing(format: LogFormat, service: bool) {
-    use tracing_subscriber::EnvFilter;
+/// lines of `failed discard` are always on: RUST_LOG cannot silence them. With `[tracing]`,
+/// spans also go to the collector, whatever the log level.
+fn init_tracing(
+    format: LogFormat,
+    service: bool,
+    tracing: Option<(TracingConfig, tokio::runtime::Handle)>,
+) -> Option<Telemetry> {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, Layer, Registry};
     let default = if service {
         "info,lapin=off"
     } else {
@@ -99,13 +125,33 @@ fn init_tracing(format: LogFormat, service: bool) {
     if let Ok(audit) = format!("{}=info", worker_host::failed::AUDIT_TARGET).parse() {
         filter = filter.add_directive(audit);
     }
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match format {
+        LogFormat::Text => fmt.with_filter(filter).boxed(),
+        LogFormat::Json => fmt.json().with_filter(filter).boxed(),
+    };
+    let mut layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> = vec![fmt];
+    let mut failure = None;
+    let mut telemetry = None;
+    if let Some((config, runtime)) = tracing {
+        match Telemetry::start(
+            &config.traces_url(),
+            &config.service_name,
+            config.sample_ratio,
+            runtime,
+        ) {
+            Ok((running, layer)) => {
+                layers.push(layer.boxed());
+                telemetry = Some(running);
+            }
+            Err(err) => failure = Some(err),
+        }
     }
+    tracing_subscriber::registry().with(layers).init();
+    if let Some(err) = failure {
+        tracing::warn!("tracing is off: {err:#}");
+    }
+    telemetry
 }
 
 /// Resolves on the first SIGTERM or SIGINT; a second one exits at once.

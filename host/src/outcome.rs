@@ -133,6 +133,32 @@ pub fn calls_made(headers: Option<&FieldTable>, queue: &str) -> u32 {
     u32::try_from(count).unwrap_or(u32::MAX)
 }
 
+/// What a handler sees of a delivery from `queue`: its routing, properties and headers, and
+/// its attempt (1 + the calls its headers record). The consumer and dry runs build it alike.
+pub fn meta_of(
+    queue: &str,
+    exchange: &str,
+    routing_key: &str,
+    redelivered: bool,
+    properties: &lapin::BasicProperties,
+) -> crate::plugin::Meta {
+    let headers = properties.headers().as_ref();
+    let text = |s: &Option<lapin::types::ShortString>| s.as_ref().map(|s| s.to_string());
+    crate::plugin::Meta {
+        routing_key: routing_key.to_string(),
+        original_routing_key: original_routing_key(headers, routing_key),
+        exchange: exchange.to_string(),
+        queue: queue.to_string(),
+        message_id: text(properties.message_id()),
+        correlation_id: text(properties.correlation_id()),
+        content_type: text(properties.content_type()),
+        timestamp: *properties.timestamp(),
+        attempt: calls_made(headers, queue).saturating_add(1),
+        redelivered,
+        headers: render_headers(headers),
+    }
+}
+
 /// The routing key the message was first published with.
 pub fn original_routing_key(headers: Option<&FieldTable>, routing_key: &str) -> String {
     headers

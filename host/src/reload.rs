@@ -97,6 +97,24 @@ impl PluginSet {
         self.runtime.set_max_plugin_size(bytes);
     }
 
+    /// Checks and compiles plugin bytes that are not a file of the plugins folder (a console
+    /// upload), with the limits of any plugin; nothing is kept.
+    pub async fn load_bytes(&self, name: &str, bytes: Vec<u8>) -> anyhow::Result<Arc<Plugin>> {
+        let max = self.runtime.max_plugin_size();
+        if bytes.len() as u64 > max {
+            anyhow::bail!(
+                "{name}: {} bytes, over [plugins] max_plugin_size ({max})",
+                bytes.len()
+            );
+        }
+        let runtime = self.runtime.clone();
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || runtime.load_bytes(&name, &bytes))
+            .await
+            .map_err(|e| anyhow::anyhow!("compiling the upload: {e}"))?
+            .map_err(anyhow::Error::from)
+    }
+
     /// The slot for `path`, loading the file the first time it is named.
     pub async fn slot(&self, path: &Path) -> anyhow::Result<Arc<ArcSwap<Plugin>>> {
         let _loading = self.loading.lock().await;

@@ -7,6 +7,7 @@
 //! then. `server_restart_*` tests restart a server and run alone (scripts/test.sh).
 
 pub(crate) mod db;
+mod dry_run;
 mod http;
 mod kv;
 mod outbox;

@@ -272,10 +272,11 @@ pub async fn probe(conn: &Connection, queue: &str) -> Option<lapin::Queue> {
     q
 }
 
-/// Waits until `queue` exists and has a consumer (the service is up and bound).
+/// Waits until `queue` exists and has a consumer (the service is up and bound), up to 60 s: a
+/// service may compile a Python or JS component first, slowly on a loaded machine.
 pub async fn wait_consuming(conn: &Connection, queue: &str) {
     eventually(
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         &format!("a consumer on {queue}"),
         || async { probe(conn, queue).await.filter(|q| q.consumer_count() > 0) },
     )

@@ -247,7 +247,7 @@ async fn trap_timeout_and_memory_limit_count_as_retry_with_cause() {
     let n = Names::new("faults");
     let (svc, _conn, ch) = start(
         &n,
-        "max_retries = 0\ntimeout = \"300ms\"\nmemory_limit = \"2MiB\"",
+        "max_retries = 0\ntimeout = \"2s\"\nmemory_limit = \"2MiB\"",
     )
     .await;
     let key = format!("{}.key.x", n.p);

@@ -367,11 +367,11 @@ async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded()
     n.cleanup().await;
 }
 
-/// SIGTERM is honoured within 2 s whatever the host is waiting for: a broker that accepts TCP
+/// SIGTERM is honoured within 5 s whatever the host is waiting for: a broker that accepts TCP
 /// but never answers (connecting), one that stops answering once the connection is open
 /// (declaring), and one that refuses connections (reconnecting with backoff).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_while_connecting_declaring_or_reconnecting_exits_within_2s() {
+async fn sigterm_while_connecting_declaring_or_reconnecting_exits_within_5s() {
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -408,6 +408,6 @@ async fn sigterm_while_connecting_declaring_or_reconnecting_exits_within_2s() {
             status.code()
         );
         assert!(status.success(), "{what}: exit 0, got {status:?}");
-        assert!(took < Duration::from_secs(2), "{what}: took {took:?}");
+        assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
     }
 }

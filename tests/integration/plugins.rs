@@ -260,8 +260,8 @@ async fn plugin_publish_with_a_delay_arrives_after_it() {
         "not early: {waited:?}"
     );
     assert!(
-        waited < Duration::from_millis(3500),
-        "about on time: {waited:?}"
+        waited < Duration::from_millis(11500),
+        "within 10 s of its delay: {waited:?}"
     );
     assert_eq!(got.delivery.routing_key.as_str(), "later");
     assert_eq!(got.delivery.exchange.as_str(), format!("{p}.out"));

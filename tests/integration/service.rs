@@ -57,13 +57,13 @@ async fn kill_9_mid_stream_handles_every_message_at_least_once() {
     n.cleanup().await;
 }
 
-/// Starts the binary on `n`'s config with `extra` settings and waits until message 0, an
-/// endless loop, is in flight.
+/// Starts the binary on `toml` (`n`'s config) and waits until message 0, an endless loop, is in
+/// flight.
 async fn start_with_a_loop_in_flight(
     n: &Names,
-    extra: &str,
+    toml: &str,
 ) -> (tempfile::TempDir, lapin::Connection, Host) {
-    let dir = config_dir(&n.toml(None, extra));
+    let dir = config_dir(toml);
     declare(dir.path()).await;
     let conn = common::connect().await;
     let host = Host::start(dir.path(), 1);
@@ -79,11 +79,17 @@ async fn start_with_a_loop_in_flight(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_drains_acks_once_and_exits_0() {
     // Message 0 loops until its timeout: it is in flight when SIGTERM comes, so the drain must
-    // wait for it, then park it (confirmed) and ack it.
-    const SLOW: Duration = Duration::from_secs(20);
+    // wait for it, then park it (confirmed) and ack it. shutdown_timeout (default 30 s) is
+    // raised above SLOW so the drain can wait that long.
+    const SLOW: Duration = Duration::from_secs(45);
     let n = Names::new("sigterm");
     let extra = format!("{LOAD}\ntimeout = \"{}s\"", SLOW.as_secs());
-    let (_dir, conn, mut host) = start_with_a_loop_in_flight(&n, &extra).await;
+    let shutdown = format!(
+        "[broker]\nshutdown_timeout = \"{}s\"\n",
+        SLOW.as_secs() + 15
+    );
+    let toml = n.toml(None, &extra).replacen("[broker]\n", &shutdown, 1);
+    let (_dir, conn, mut host) = start_with_a_loop_in_flight(&n, &toml).await;
     let looping = Instant::now();
     publish_all(&conn, &n, (1..N).map(|i| body(b'o', i))).await;
     wait_depth(&conn, &n.seen(), N / 5, Duration::from_secs(120)).await;
@@ -93,7 +99,9 @@ async fn sigterm_under_load_drains_acks_once_and_exits_0() {
         looping.elapsed() < SLOW,
         "too slow for this test: the loop ended before SIGTERM"
     );
-    let status = host.exit_within(Duration::from_secs(30)).await;
+    // The drain waits for the rest of the loop (under SLOW), then parks it; past
+    // shutdown_timeout (SLOW + 15 s) it would exit 0 without parking.
+    let status = host.exit_within(SLOW + Duration::from_secs(30)).await;
     let took = signalled.elapsed();
     assert_eq!(status.code(), Some(0), "exit status {status:?}");
     let parked = depth(&conn, &n.failed()).await;
@@ -134,8 +142,8 @@ async fn sigterm_under_load_drains_acks_once_and_exits_0() {
 async fn a_second_signal_exits_at_once_and_loses_nothing() {
     let n = Names::new("twosig");
     // An endless loop: the drain would wait for its 60 s timeout.
-    let (_dir, conn, mut host) =
-        start_with_a_loop_in_flight(&n, "timeout = \"60s\"\nmax_retries = 0").await;
+    let toml = n.toml(None, "timeout = \"60s\"\nmax_retries = 0");
+    let (_dir, conn, mut host) = start_with_a_loop_in_flight(&n, &toml).await;
     host.signal("TERM");
     host.wait_log("signal received", Duration::from_secs(10))
         .await;
@@ -160,7 +168,7 @@ async fn a_second_signal_exits_at_once_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_messages_do_not_stop_the_others() {
     const M: u32 = 2000;
-    let extra = "prefetch = 16\nconcurrency = 4\nmax_retries = 0\ntimeout = \"250ms\"\nmemory_limit = \"2MiB\"";
+    let extra = "prefetch = 16\nconcurrency = 4\nmax_retries = 0\ntimeout = \"1s\"\nmemory_limit = \"2MiB\"";
     let mut rates = Vec::new();
     for (kind, bad_op) in [
         ("clean", None),
@@ -190,8 +198,9 @@ async fn bad_messages_do_not_stop_the_others() {
         };
         let (first, t0) =
             common::eventually(Duration::from_secs(60), "the first answer", || done(1)).await;
+        // The loop stream alone takes 50 s or more: 200 loops of 1 s, 4 at a time.
         let (_, t1) =
-            common::eventually(Duration::from_secs(180), "every answer", || done(M)).await;
+            common::eventually(Duration::from_secs(300), "every answer", || done(M)).await;
         host.signal("TERM");
         assert!(host.exit_within(Duration::from_secs(30)).await.success());
         let secs = (t1 - t0).as_secs_f64();
@@ -214,7 +223,7 @@ async fn bad_messages_do_not_stop_the_others() {
         n.cleanup().await;
     }
     println!(
-        "FIGURES good messages per second (timeout 250ms, memory_limit 2MiB, concurrency 4): {}",
+        "FIGURES good messages per second (timeout 1s, memory_limit 2MiB, concurrency 4): {}",
         rates.join(", ")
     );
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 
+#[derive(PartialEq)]
 pub(super) enum Plugin<'a> {
     Wat(&'a str),
     File(&'a Path),
@@ -47,26 +48,54 @@ pub(super) fn start_host_with(
     prefix: &str,
     extra: &Extra,
 ) -> Host {
+    let subs: Vec<Sub<'_>> = queues
+        .iter()
+        .map(|q| Sub {
+            queue: q.clone(),
+            plugin,
+            lines: extra.subscription.clone(),
+        })
+        .collect();
+    start_subs(bin, &subs, prefix, &extra.sections)
+}
+
+/// One subscription of a host with several plugins: its queue, plugin and extra lines.
+pub(super) struct Sub<'a> {
+    pub(super) queue: String,
+    pub(super) plugin: &'a Plugin<'a>,
+    pub(super) lines: String,
+}
+
+/// Starts worker-host with `subs` and `sections` added. Each distinct plugin is written once
+/// (`p{i}.wasm`, i its first subscription), so subscriptions of one plugin share it as in a real
+/// worker.toml (what the idle RSS of (i) measures).
+pub(super) fn start_subs(bin: &Path, subs: &[Sub<'_>], prefix: &str, sections: &str) -> Host {
     let dir = std::env::temp_dir().join(unique("bench-host"));
     std::fs::create_dir_all(dir.join("plugins")).expect("dir");
-    let bytes = match plugin {
-        Plugin::Wat(text) => wat::parse_str(text).expect("wat"),
-        Plugin::File(path) => std::fs::read(path)
-            .unwrap_or_else(|e| panic!("{}: {e} (scripts/build-plugins.sh)", path.display())),
-    };
-    std::fs::write(dir.join("plugins/p.wasm"), bytes).expect("plugin");
     let port = free_port();
     let mut toml = format!(
         "[broker]\nurl = \"{URL}\"\n[admin]\nlisten = \"127.0.0.1:{port}\"\n\
          [exchanges]\nmaster = \"{prefix}.master\"\nretry = \"{prefix}.retry\"\nfailed = \"{prefix}.failed\"\n\
-         [defaults]\nprefetch = {PREFETCH}\nconcurrency = 8\nretry_delays = [\"1ms\"]\n{}",
-        extra.sections
+         [defaults]\nprefetch = {PREFETCH}\nconcurrency = 8\nretry_delays = [\"1ms\"]\n{sections}"
     );
-    for q in queues {
+    for (i, sub) in subs.iter().enumerate() {
+        let first = subs
+            .iter()
+            .position(|s| s.plugin == sub.plugin)
+            .unwrap_or(i);
         toml.push_str(&format!(
-            "[[subscription]]\nqueue = \"{q}\"\nplugin = \"p.wasm\"\nbindings = []\n{}",
-            extra.subscription
+            "[[subscription]]\nqueue = \"{}\"\nplugin = \"p{first}.wasm\"\nbindings = []\n{}",
+            sub.queue, sub.lines
         ));
+        if first < i {
+            continue;
+        }
+        let bytes = match sub.plugin {
+            Plugin::Wat(text) => wat::parse_str(text).expect("wat"),
+            Plugin::File(path) => std::fs::read(path)
+                .unwrap_or_else(|e| panic!("{}: {e} (scripts/build-plugins.sh)", path.display())),
+        };
+        std::fs::write(dir.join(format!("plugins/p{i}.wasm")), bytes).expect("plugin");
     }
     std::fs::write(dir.join("worker.toml"), toml).expect("toml");
     let child = Command::new(bin)
@@ -106,7 +135,7 @@ pub(super) async fn handled_ok(addr: &str) -> Option<u64> {
     )
 }
 
-fn rss_kib(pid: u32, field: &str) -> u64 {
+pub(super) fn rss_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -117,15 +146,20 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits for `/readyz`; the first start of a host with a Python or JS plugin compiles it (about
+/// 10 s each, niced), later ones load it from the shared `[state] dir`.
 pub(super) async fn wait_ready(addr: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         if let Some(r) = http_get(addr, "/readyz").await
             && (r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
         {
             return;
         }
-        assert!(Instant::now() < deadline, "worker-host not ready after 30s");
+        assert!(
+            Instant::now() < deadline,
+            "worker-host not ready after 300s"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -171,6 +205,18 @@ pub(super) async fn host(
     body: &[u8],
     scenario: char,
 ) -> (f64, u64) {
+    host_with(bin, plugin, n, body, scenario, &Extra::default()).await
+}
+
+/// [`host`] with `extra` in its worker.toml.
+pub(super) async fn host_with(
+    bin: &Path,
+    plugin: Plugin<'_>,
+    n: u64,
+    body: &[u8],
+    scenario: char,
+    extra: &Extra,
+) -> (f64, u64) {
     let prefix = unique("bench-host");
     let queue = format!("{prefix}.q");
     let conn = connect().await;
@@ -178,11 +224,11 @@ pub(super) async fn host(
     // Let the host declare the topology first, then stop consuming by filling before it starts:
     // run it once to declare, stop it, fill, start again.
     {
-        let host = start_host(bin, &plugin, std::slice::from_ref(&queue), &prefix);
+        let host = start_host_with(bin, &plugin, std::slice::from_ref(&queue), &prefix, extra);
         wait_ready(&host.admin).await;
     }
     fill(&ch, &queue, n, body).await;
-    let host = start_host(bin, &plugin, std::slice::from_ref(&queue), &prefix);
+    let host = start_host_with(bin, &plugin, std::slice::from_ref(&queue), &prefix, extra);
     let perf = start_perf(host.child.id(), scenario);
     let rate = consume_rate(&host.admin, n).await;
     let rss = rss_kib(host.child.id(), "VmHWM:") * 1024;

@@ -3,6 +3,7 @@
 //! links its imports, opens what its config section defines, and builds the per-message state
 //! the guest's calls run against. The component engine knows them only through this module.
 
+pub mod capture;
 pub(crate) mod http;
 pub(crate) mod kv;
 pub(crate) mod sql;
@@ -47,6 +48,8 @@ pub(crate) struct Scope {
     pub plugin: Arc<str>,
     pub queue: String,
     pub deadline: Instant,
+    /// A dry run: effects are recorded here, not performed.
+    pub capture: Option<Arc<capture::Capture>>,
 }
 
 /// The per-message state of every capability, kept in the component's store data.
@@ -98,6 +101,21 @@ pub struct Granted {
     pub(crate) sql: Option<Arc<sql::Database>>,
     /// `outbox = true`: handled messages and their publishes are recorded in `sql`.
     pub(crate) outbox: bool,
+    /// A dry run: every capability records its effects here instead of performing them.
+    pub(crate) capture: Option<Arc<capture::Capture>>,
+}
+
+impl Granted {
+    /// The same grants for a dry run recording into `capture`.
+    pub fn capturing(&self, capture: Arc<capture::Capture>) -> Granted {
+        Granted {
+            http: self.http.clone(),
+            kv: self.kv.clone(),
+            sql: self.sql.clone(),
+            outbox: false,
+            capture: Some(capture),
+        }
+    }
 }
 
 impl std::fmt::Debug for Granted {
@@ -166,6 +184,7 @@ impl Capabilities {
             kv: g.kv.as_ref().and_then(|n| self.kv.get(n).cloned()),
             sql: g.sql.as_ref().and_then(|n| self.sql.get(n).cloned()),
             outbox: g.outbox.is_some(),
+            capture: None,
         })
     }
 

@@ -1,9 +1,19 @@
-//! `worker-host failed list|replay|discard`: the command line over `crate::failed`.
+//! `worker-host failed list|replay|discard|dry-run`: the command line over `crate::failed`.
 
 use super::load_config;
 use crate::cli::FailedCommand;
 use crate::config::failed_queue_name;
-use crate::failed::{FailedError, Report, Selection, discard, list, replay};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::capability::Capabilities;
+use crate::config::Config;
+use crate::failed::{FailedError, Report, Selection, Trial, discard, dry_run, list, replay};
+use crate::metrics::Metrics;
+use crate::plugin::CompilePriority;
+use crate::service;
 use crate::stdout::say;
 
 /// Runs a `failed` command, printing to stdout. Ids that matched nothing are an error
@@ -41,6 +51,16 @@ pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
             );
             finish(failed, report)
         }
+        FailedCommand::DryRun {
+            config,
+            queue,
+            plugin,
+            limit,
+        } => {
+            let config = load_config(&config.path)?;
+            // Boxed: the plugin runtime's futures are deep, and this is one arm of many.
+            Box::pin(try_plugin(&config, &queue, plugin, limit)).await
+        }
         FailedCommand::Discard {
             config,
             queue,
@@ -59,6 +79,41 @@ pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
             finish(failed, report)
         }
     }
+}
+
+/// `failed dry-run`: loads the plugin and opens only what the subscription is granted, so an
+/// embedded store of another subscription, held by the running service, is not needed.
+async fn try_plugin(
+    config: &Config,
+    queue: &str,
+    plugin: Option<PathBuf>,
+    limit: Option<u64>,
+) -> anyhow::Result<()> {
+    let sub = crate::failed::subscription(config, queue)?;
+    let runtime = service::runtime_for(config, CompilePriority::Foreground)?;
+    let path = plugin.unwrap_or_else(|| sub.plugin_path.clone());
+    let plugin = runtime.load_file_async(&path).await?;
+    let mut granted_only = config.clone();
+    granted_only
+        .kv
+        .retain(|k| sub.grants.kv.as_ref() == Some(&k.name));
+    granted_only
+        .sql
+        .retain(|d| sub.grants.sql.as_ref() == Some(&d.name));
+    let capabilities = Capabilities::open(&granted_only, Arc::new(Metrics::new()))
+        .await
+        .context(
+            "opening the subscription's stores (an embedded key-value store opens in one \
+             process at a time: while the service runs, dry-run from its console)",
+        )?;
+    let granted = capabilities.grant(sub);
+    let trial = Trial {
+        plugin: &plugin,
+        granted: &granted,
+    };
+    let mut out = std::io::stdout().lock();
+    dry_run(config, queue, &trial, &Selection::limit(limit), &mut out).await?;
+    Ok(())
 }
 
 fn messages(n: u64) -> String {

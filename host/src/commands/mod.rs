@@ -16,6 +16,7 @@ use crate::cli::{Command, PublishArgs};
 use crate::config::Config;
 use crate::delay::Delayer;
 use crate::outcome;
+use crate::plugin::CompilePriority;
 use crate::service;
 use crate::stdout::say;
 use crate::topology::Plan;
@@ -40,7 +41,8 @@ pub async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::CompilePlugin {
             max_instances,
             max_memory,
-        } => compile_plugin(max_instances, max_memory),
+            nice,
+        } => compile_plugin(max_instances, max_memory, nice),
         Command::NewPlugin { name, dir, lang } => {
             let path = crate::scaffold::new_plugin(&dir, &name, lang)?;
             say!("created {}", path.display());
@@ -50,13 +52,13 @@ pub async fn dispatch(command: Command) -> anyhow::Result<()> {
 }
 
 /// The compiler child process: wasm on stdin, the compiled artifact on stdout.
-fn compile_plugin(max_instances: u32, max_memory: u64) -> anyhow::Result<()> {
+fn compile_plugin(max_instances: u32, max_memory: u64, nice: i32) -> anyhow::Result<()> {
     use std::io::{Read, Write};
     let mut wasm = Vec::new();
     std::io::stdin()
         .read_to_end(&mut wasm)
         .context("reading the component from stdin")?;
-    let artifact = crate::plugin::compile_for_parent(max_instances, max_memory, &wasm)?;
+    let artifact = crate::plugin::compile_for_parent(max_instances, max_memory, nice, &wasm)?;
     let mut out = std::io::stdout().lock();
     out.write_all(&artifact)
         .and_then(|()| out.flush())
@@ -66,7 +68,7 @@ fn compile_plugin(max_instances: u32, max_memory: u64) -> anyhow::Result<()> {
 /// Validates the config and compiles every plugin, reporting every bad plugin at once.
 async fn check(path: &Path) -> anyhow::Result<()> {
     let config = load_config(path)?;
-    let runtime = service::runtime_for(&config)?;
+    let runtime = service::runtime_for(&config, CompilePriority::Foreground)?;
     runtime.set_max_plugin_size(config.plugins.max_plugin_size);
     let mut seen = std::collections::BTreeSet::new();
     let mut problems = Vec::new();
@@ -77,10 +79,11 @@ async fn check(path: &Path) -> anyhow::Result<()> {
         match runtime.load_file_async(&sub.plugin_path).await {
             Ok(plugin) => {
                 say!(
-                    "plugin {} ok ({}, sha256 {})",
+                    "plugin {} ok ({}, sha256 {}, {})",
                     plugin.name(),
                     plugin.abi(),
-                    plugin.short_sha()
+                    plugin.short_sha(),
+                    plugin.loaded()
                 );
                 let granted = config
                     .subscriptions

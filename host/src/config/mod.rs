@@ -37,6 +37,8 @@ pub struct Config {
     pub exchanges: Exchanges,
     pub plugins: Plugins,
     pub admin: Option<Admin>,
+    /// `[tracing]`: where spans are exported; none when off.
+    pub tracing: Option<TracingConfig>,
     pub subscriptions: Vec<Subscription>,
     /// `[[exchange]]` tables.
     pub exchanges_extra: Vec<ExchangeDecl>,
@@ -100,6 +102,32 @@ pub const DEFAULT_MAX_PLUGIN_SIZE: u64 = 256 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
     pub listen: SocketAddr,
+    /// `[admin] token`: what every request that changes something must carry as
+    /// `Authorization: Bearer <token>`; required when `listen` is not a loopback address.
+    pub token: Option<Secret>,
+}
+
+/// `[tracing]`: the OpenTelemetry collector spans go to over OTLP/HTTP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// `http://host:port`, with `${VAR}` expanded; no trailing slash.
+    pub otlp: String,
+    /// The `service.name` of every span; `worker-host` unless set.
+    pub service_name: String,
+    /// The share of new traces recorded (0 to 1); a message that carries a trace context
+    /// follows its sampling decision.
+    pub sample_ratio: f64,
+}
+
+impl TracingConfig {
+    /// Where trace exports are posted: `/v1/traces` under `otlp`, unless it names that path.
+    pub fn traces_url(&self) -> String {
+        if self.otlp.ends_with("/v1/traces") {
+            self.otlp.clone()
+        } else {
+            format!("{}/v1/traces", self.otlp)
+        }
+    }
 }
 
 /// One consumed queue and the plugin that handles its messages, with defaults applied.

@@ -19,6 +19,7 @@ pub struct RawConfig {
     pub exchanges: Option<RawExchanges>,
     pub plugins: Option<RawPlugins>,
     pub admin: Option<RawAdmin>,
+    pub tracing: Option<RawTracing>,
     pub defaults: Option<RawSettings>,
     #[serde(default, rename = "subscription")]
     pub subscriptions: Vec<RawSubscription>,
@@ -91,7 +92,16 @@ pub struct RawPlugins {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
-    pub listen: SocketAddrText,
+    pub listen: Spanned<SocketAddrText>,
+    pub token: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTracing {
+    pub otlp: Spanned<String>,
+    pub service_name: Option<Spanned<String>>,
+    pub sample_ratio: Option<Spanned<f64>>,
 }
 
 /// `std::net::SocketAddr` with an error message that shows the expected form.

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use super::Subscriber;
 use crate::broker;
 use crate::outcome;
-use crate::plugin::{Input, Meta};
+use crate::plugin::Input;
 
 /// What the consumer keeps of a delivery besides the plugin's input.
 pub(super) struct Received {
@@ -40,22 +40,13 @@ impl Subscriber {
             // Unused: acks go through `acks`, on the consumer channel.
             ..
         } = delivery;
-        let queue = self.sub.queue.as_str();
-        let headers = properties.headers().as_ref();
-        let text = |s: &Option<lapin::types::ShortString>| s.as_ref().map(|s| s.to_string());
-        let meta = Meta {
-            routing_key: routing_key.to_string(),
-            original_routing_key: outcome::original_routing_key(headers, routing_key.as_str()),
-            exchange: exchange.to_string(),
-            queue: queue.to_string(),
-            message_id: text(properties.message_id()),
-            correlation_id: text(properties.correlation_id()),
-            content_type: text(properties.content_type()),
-            timestamp: *properties.timestamp(),
-            attempt: outcome::calls_made(headers, queue).saturating_add(1),
+        let meta = outcome::meta_of(
+            &self.sub.queue,
+            exchange.as_str(),
+            routing_key.as_str(),
             redelivered,
-            headers: outcome::render_headers(headers),
-        };
+            &properties,
+        );
         let input = Arc::new(Input {
             body: data.into(),
             meta,

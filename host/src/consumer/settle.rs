@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lapin::{BasicProperties, Channel};
 use tokio::sync::OwnedSemaphorePermit;
-use tracing::{debug, error, warn};
+use tracing::{Instrument, Span, debug, error, warn};
 
 use super::acks::Acks;
 use super::delivery::{ChannelDeath, Received, identity};
@@ -24,6 +24,7 @@ use crate::metrics::Settled;
 use crate::outcome::{self, Decision, FailedReason, Stamp};
 use crate::plugin::{Input, Plugin};
 use crate::poison;
+use crate::telemetry;
 
 /// The consumer's side of one handler task.
 pub(super) struct Call<'a> {
@@ -43,7 +44,25 @@ impl Subscriber {
         call: Call<'_>,
         permit: OwnedSemaphorePermit,
     ) {
-        let (input, mut received) = self.receive(delivery);
+        let (input, received) = self.receive(delivery);
+        let span = telemetry::delivery_span(
+            &self.sub.queue,
+            &received.routing_key,
+            &received.properties,
+            input.meta.attempt,
+        );
+        self.deliver(input, received, call, permit)
+            .instrument(span)
+            .await;
+    }
+
+    async fn deliver(
+        &self,
+        input: std::sync::Arc<Input>,
+        mut received: Received,
+        call: Call<'_>,
+        permit: OwnedSemaphorePermit,
+    ) {
         let plugin = self.plugin.load_full();
         let mut correlation = input_correlation(&input);
         let mut check = Check::Handle;
@@ -65,8 +84,15 @@ impl Subscriber {
             (None, Check::Handle) => {
                 let in_flight = self.metrics.call_started();
                 // A call whose channel died cannot settle its message: stop it at once.
+                let span = telemetry::span!(
+                    "plugin",
+                    otel.name = %format_args!("handle {}", plugin.name()),
+                    worker.plugin = plugin.name(),
+                    worker.plugin.sha256 = plugin.sha256(),
+                );
+                let handling = plugin.handle(input.clone(), &self.limits).instrument(span);
                 let invocation = tokio::select! {
-                    invocation = plugin.handle(input.clone(), &self.limits) => invocation,
+                    invocation = handling => invocation,
                     _ = call.death.died() => {
                         drop((in_flight, permit));
                         self.drop_result(&input, &received, call.death).await;
@@ -152,6 +178,7 @@ impl Subscriber {
     /// The result of a call whose consumer channel died is dropped. If the broker gave up on
     /// this very message (consumer timeout), its redelivery will count as this failed call.
     async fn drop_result(&self, input: &Input, received: &Received, death: &ChannelDeath) {
+        telemetry::outcome(&Span::current(), "dropped");
         self.metrics.dropped();
         let queue = self.sub.queue.as_str();
         let message_id = input.meta.message_id.as_deref().unwrap_or("");
@@ -292,6 +319,7 @@ impl Subscriber {
         let decision = match settled {
             Ok(decision) => decision,
             Err(err) => {
+                telemetry::outcome(&Span::current(), "requeued");
                 self.metrics.requeued();
                 error!(
                     queue,
@@ -313,7 +341,9 @@ impl Subscriber {
         };
         // Acked soon, possibly with others (see `acks`); never before this point.
         call.acks.settled(received.tag);
-        self.metrics.handled(settled_as(&decision), elapsed);
+        let settled = settled_as(&decision);
+        telemetry::outcome(&Span::current(), settled.as_str());
+        self.metrics.handled(settled, elapsed);
         match &decision {
             Decision::Ack => debug!(queue, message_id, attempt, "handled"),
             Decision::Retry {

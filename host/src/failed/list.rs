@@ -8,7 +8,7 @@ use lapin::message::Delivery;
 use serde_json::{Map, Value, json};
 
 use super::parked::{Parked, header_json};
-use super::select::{Selection, Walk};
+use super::select::{Picked, Selection, Walk};
 use crate::broker;
 use crate::config::Config;
 use crate::outcome;
@@ -25,26 +25,63 @@ pub async fn list(
     selection: &Selection,
     out: &mut impl Write,
 ) -> anyhow::Result<u64> {
+    list_with(config, queue, selection, PREVIEW_BYTES, out).await
+}
+
+/// [`list`] with the first `preview` bytes of each body (the console shows more).
+pub async fn list_with(
+    config: &Config,
+    queue: &str,
+    selection: &Selection,
+    preview: usize,
+    out: &mut impl Write,
+) -> anyhow::Result<u64> {
     let failed = super::subscription(config, queue)?.failed_queue();
-    let conn = broker::connect_once(&config.broker.urls, "worker-host failed list").await?;
-    let listed = async {
-        let mut walk = Walk::open(&conn, &failed, selection).await?;
-        let mut listed = 0;
+    let name = "worker-host failed list";
+    print_each(
+        config,
+        (&failed, name),
+        selection,
+        out,
+        |picked| async move { describe(&picked.parked, &picked.message.delivery, preview) },
+    )
+    .await
+}
+
+/// Walks the selected messages of the failed queue `failed`, writing the JSON line `line`
+/// makes of each to `out`, and returns how many. The messages are fetched without ack and go
+/// back in place when the walk closes (they are marked redelivered). `name` names the
+/// connection.
+pub(super) async fn print_each<F, Fut>(
+    config: &Config,
+    (failed, name): (&str, &str),
+    selection: &Selection,
+    out: &mut impl Write,
+    mut line: F,
+) -> anyhow::Result<u64>
+where
+    F: FnMut(Picked) -> Fut,
+    Fut: std::future::Future<Output = Value>,
+{
+    let conn = broker::connect_once(&config.broker.urls, name).await?;
+    let printed = async {
+        let mut walk = Walk::open(&conn, failed, selection).await?;
+        let mut printed = 0;
         while let Some(picked) = walk.next().await? {
-            let line = describe(&picked.parked, &picked.message.delivery);
-            if !written(writeln!(out, "{line}"))? {
+            let json = line(picked).await;
+            if !written(writeln!(out, "{json}"))? {
                 break;
             }
-            listed += 1;
+            printed += 1;
         }
         written(out.flush())?;
         // Closing without acks puts every fetched message back where it was.
         walk.close().await;
-        anyhow::Ok(listed)
+        anyhow::Ok(printed)
     }
     .await;
     let _ = conn.close(200, "done".into()).await;
-    listed
+    printed
 }
 
 /// Whether a write went through: false when the reader has gone (`failed list | head`), which
@@ -58,7 +95,8 @@ fn written(result: std::io::Result<()>) -> anyhow::Result<bool> {
 }
 
 /// The JSON line `failed list` prints for one message.
-pub(crate) fn describe(parked: &Parked, delivery: &Delivery) -> Value {
+/// A body that is not UTF-8 text also comes as `body_hex`.
+pub(crate) fn describe(parked: &Parked, delivery: &Delivery, preview: usize) -> Value {
     let props = &delivery.properties;
     let headers = props.headers().as_ref();
     let all: Map<String, Value> = headers
@@ -68,17 +106,24 @@ pub(crate) fn describe(parked: &Parked, delivery: &Delivery) -> Value {
         .map(|(name, value)| (name.as_str().to_string(), header_json(value)))
         .collect();
     let body = &delivery.data;
-    let shown = &body[..body.len().min(PREVIEW_BYTES)];
+    let shown = &body[..body.len().min(preview)];
+    let hex = std::str::from_utf8(shown)
+        .is_err()
+        .then(|| hex::encode(shown));
+    let header = |name: &str| headers?.inner().get(name).and_then(outcome::text_of);
     json!({
         "id": parked.id,
         "reason": parked.reason,
         "cause": parked.cause,
+        "plugin": header(outcome::PLUGIN),
+        "plugin_sha256": header(outcome::PLUGIN_SHA256),
         "routing_key": delivery.routing_key.as_str(),
         "original_routing_key": outcome::original_routing_key(headers, delivery.routing_key.as_str()),
         "properties": properties(props),
         "headers": all,
         "size": body.len(),
         "body_preview": String::from_utf8_lossy(shown),
+        "body_hex": hex,
         "body_truncated": body.len() > shown.len(),
     })
 }

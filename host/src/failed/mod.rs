@@ -1,7 +1,9 @@
-//! `worker-host failed list|replay|discard`: looking at the messages parked in
-//! `<queue>@failed`, moving the selected ones back to their queue, or removing them for good.
+//! `worker-host failed list|replay|discard|dry-run`: looking at the messages parked in
+//! `<queue>@failed`, moving the selected ones back to their queue, removing them for good, or
+//! trying a plugin on them with every effect captured.
 
 mod discard;
+mod dry_run;
 mod list;
 mod parked;
 mod replay;
@@ -10,7 +12,8 @@ mod select;
 use crate::config::{Config, Subscription};
 
 pub use discard::discard;
-pub use list::{PREVIEW_BYTES, list};
+pub use dry_run::{Trial, dry_run};
+pub use list::{PREVIEW_BYTES, list, list_with};
 pub use parked::DIGEST_PREFIX;
 pub use replay::replay;
 pub use select::Selection;
@@ -56,8 +59,25 @@ fn quoted(ids: &[String]) -> String {
         .join(", ")
 }
 
+/// Every subscription queue with its failed queue and the messages parked there (`None` when
+/// the failed queue is missing), asked over one connection.
+pub async fn counts(config: &Config) -> anyhow::Result<Vec<(String, String, Option<u64>)>> {
+    let conn = crate::broker::connect_once(&config.broker.urls, "worker-host console").await?;
+    let mut out = Vec::new();
+    for sub in &config.subscriptions {
+        let failed = sub.failed_queue();
+        let count = select::count(&conn, &failed).await.ok();
+        out.push((sub.queue.clone(), failed, count));
+    }
+    let _ = conn.close(200, "done".into()).await;
+    Ok(out)
+}
+
 /// The subscription of `queue`, or a user error listing the ones there are.
-fn subscription<'a>(config: &'a Config, queue: &str) -> Result<&'a Subscription, FailedError> {
+pub(crate) fn subscription<'a>(
+    config: &'a Config,
+    queue: &str,
+) -> Result<&'a Subscription, FailedError> {
     if let Some(sub) = config.subscription(queue) {
         return Ok(sub);
     }

@@ -163,7 +163,7 @@ fn passive() -> QueueDeclareOptions {
 }
 
 /// Messages ready in `queue`, asked on a throwaway channel (a missing queue closes it).
-async fn count(conn: &Connection, queue: &str) -> anyhow::Result<u64> {
+pub(crate) async fn count(conn: &Connection, queue: &str) -> anyhow::Result<u64> {
     let channel = conn.create_channel().await.context("opening a channel")?;
     let declared = channel
         .queue_declare(queue.into(), passive(), FieldTable::default())

@@ -12,6 +12,8 @@ use prometheus_client::registry::Registry;
 
 mod queue;
 
+use crate::telemetry;
+
 pub use queue::QueueMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,6 +65,18 @@ pub enum Settled {
     RetriesExhausted,
 }
 
+impl Settled {
+    /// The `outcome` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Settled::Ok => "ok",
+            Settled::Retry => "retry",
+            Settled::Fail => "fail",
+            Settled::RetriesExhausted => "retries-exhausted",
+        }
+    }
+}
+
 /// What the plugin reloader reports at scrape time.
 pub struct PluginReport {
     /// Reloads by result (`ok`, `failed`, `unchanged`), counted since start.
@@ -96,6 +110,9 @@ pub struct Metrics {
     capability_calls: Family<CapabilityCall, Counter>,
     capability_seconds: Family<CapabilityStore, Histogram, fn() -> Histogram>,
     capability_up: Family<CapabilityStore, Gauge>,
+    /// Mirrors of the span export's own counts (`telemetry`), set at scrape time.
+    spans_exported: Counter,
+    spans_dropped: Counter,
     /// `capability.store` -> why it is unavailable.
     capability_down: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
 }
@@ -133,6 +150,8 @@ impl Metrics {
             capability_calls: Family::default(),
             capability_seconds: Family::new_with_constructor(duration_histogram),
             capability_up: Family::default(),
+            spans_exported: Counter::default(),
+            spans_dropped: Counter::default(),
             capability_down: std::sync::Mutex::new(Default::default()),
         };
         // Registration order is the order of /metrics.
@@ -140,7 +159,21 @@ impl Metrics {
         metrics.register_messages();
         metrics.register_service_state();
         metrics.register_capabilities();
+        metrics.register_tracing();
         metrics
+    }
+
+    fn register_tracing(&mut self) {
+        self.registry.register(
+            "trace_spans_exported",
+            "Spans sent to the OpenTelemetry collector ([tracing] otlp)",
+            self.spans_exported.clone(),
+        );
+        self.registry.register(
+            "trace_spans_dropped",
+            "Spans dropped because the collector was slow, gone or refused them",
+            self.spans_dropped.clone(),
+        );
     }
 
     fn register_capabilities(&mut self) {
@@ -412,6 +445,13 @@ impl Metrics {
                     })
                     .set(1);
             }
+        }
+        let spans = [
+            (&self.spans_exported, telemetry::spans_exported()),
+            (&self.spans_dropped, telemetry::spans_dropped()),
+        ];
+        for (counter, count) in spans {
+            counter.inner().store(count, Ordering::Relaxed);
         }
         let mut out = String::new();
         // Writing into a String cannot fail.

@@ -25,6 +25,7 @@ pub(crate) struct Compiler {
     exe: Option<PathBuf>,
     max_instances: u32,
     max_memory: u64,
+    nice: i32,
     compat: String,
 }
 
@@ -37,18 +38,20 @@ impl Compiler {
             exe: cfg.compiler_exe.clone(),
             max_instances: cfg.max_instances,
             max_memory: cfg.max_memory,
+            nice: cfg.compile_priority.nice(),
             compat: format!("{:016x}", hasher.finish()),
         }
     }
 
-    /// The compiled component of `bytes`: from the cache, else compiled (and cached).
+    /// The compiled component of `bytes`, and whether it came from the cache; else compiled (and
+    /// cached).
     pub fn component(
         &self,
         engine: &Engine,
         file: &str,
         sha256: &str,
         bytes: &[u8],
-    ) -> Result<Component, LoadError> {
+    ) -> Result<(Component, bool), LoadError> {
         let entry = self
             .cache_dir
             .as_ref()
@@ -57,7 +60,7 @@ impl Compiler {
             // SAFETY: the file is an artifact this host's compiler wrote into its own cache
             // directory; wasmtime checks that it was made by a compatible engine.
             match unsafe { Component::deserialize_file(engine, entry) } {
-                Ok(component) => return Ok(component),
+                Ok(component) => return Ok((component, true)),
                 Err(e) => {
                     tracing::warn!(file, entry = %entry.display(), "unusable cached artifact, compiling again: {}", chain_text(&e));
                     let _ = std::fs::remove_file(entry);
@@ -87,10 +90,14 @@ impl Compiler {
             tracing::warn!(file, entry = %entry.display(), "cannot cache the compiled component: {e}");
         } else if let Some(entry) = entry.as_deref() {
             // SAFETY: just written by this process from the compiler's output.
-            return unsafe { Component::deserialize_file(engine, entry) }.map_err(load_err);
+            return unsafe { Component::deserialize_file(engine, entry) }
+                .map(|c| (c, false))
+                .map_err(load_err);
         }
         // SAFETY: the bytes come from this host's own compiler, a moment ago.
-        unsafe { Component::deserialize(engine, &artifact) }.map_err(load_err)
+        unsafe { Component::deserialize(engine, &artifact) }
+            .map(|c| (c, false))
+            .map_err(load_err)
     }
 
     /// Serialized artifact of `bytes`, from the child compiler when there is one.
@@ -123,6 +130,7 @@ impl Compiler {
             .arg(COMPILE_COMMAND)
             .args(["--max-instances", &self.max_instances.to_string()])
             .args(["--max-memory", &self.max_memory.to_string()])
+            .args(["--nice", &self.nice.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -204,14 +212,17 @@ fn prune(dir: &Path) {
     }
 }
 
-/// The child's side: compiles the component in `bytes` for the engine the parent described.
-/// Runs at low priority so a slow compile never starves running subscriptions.
+/// The child's side: compiles the component in `bytes` for the engine the parent described, at
+/// the priority it asked for (`nice`, an increment).
 pub fn compile_for_parent(
     max_instances: u32,
     max_memory: u64,
+    nice: i32,
     bytes: &[u8],
 ) -> anyhow::Result<Vec<u8>> {
-    let _ = rustix::process::nice(10);
+    if nice != 0 {
+        let _ = rustix::process::nice(nice);
+    }
     let max_memory = usize::try_from(max_memory)?;
     let engine = engine(pool(max_instances.max(1), max_memory))?;
     engine

@@ -22,7 +22,7 @@ use super::component::{self, ComponentPlugin, state::CState};
 use super::error::{LoadError, chain_text};
 use super::module::ModulePlugin;
 use super::state::State;
-use super::version::{Kind, Plugin};
+use super::version::{Kind, Loaded, Plugin};
 
 /// How often the epoch advances: the granularity of timeouts and of a long
 /// call yielding its tokio worker.
@@ -45,6 +45,28 @@ pub struct RuntimeConfig {
     /// The `worker-host` executable that compiles components in a child process, so the
     /// compiler's memory never stays in the service; `None` compiles in this process.
     pub compiler_exe: Option<PathBuf>,
+    /// How that child shares the CPU.
+    pub compile_priority: CompilePriority,
+}
+
+/// How a compile in the child process shares the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompilePriority {
+    /// Beside running subscriptions (the service): at nice 10, so a compile never starves them.
+    Background,
+    /// For a command someone waits on (`check`, `failed dry-run`): at the caller's priority, as a
+    /// niced compile of a Python or JavaScript runtime crawls on a busy machine.
+    Foreground,
+}
+
+impl CompilePriority {
+    /// The child's `nice` increment.
+    pub(crate) fn nice(self) -> i32 {
+        match self {
+            CompilePriority::Background => 10,
+            CompilePriority::Foreground => 0,
+        }
+    }
 }
 
 /// One per process; cheap to clone.
@@ -128,13 +150,23 @@ impl Runtime {
             return Err(LoadError::NotWasm { file: file() });
         }
         let sha256 = hex::encode(Sha256::digest(bytes));
-        let kind = match bytes[4..8] {
-            [1, 0, 0, 0] => Kind::Module(self.module(name, bytes)?),
+        let started = std::time::Instant::now();
+        let (kind, cached) = match bytes[4..8] {
+            [1, 0, 0, 0] => (Kind::Module(self.module(name, bytes)?), false),
             // Component model binary: version 0x0d, layer 1.
-            [0x0d, 0, 1, 0] => Kind::Component(self.component(name, &sha256, bytes)?),
+            [0x0d, 0, 1, 0] => {
+                let (component, cached) = self.component(name, &sha256, bytes)?;
+                (Kind::Component(component), cached)
+            }
             _ => return Err(LoadError::NotWasm { file: file() }),
         };
+        let loaded = if cached {
+            Loaded::Cached(started.elapsed())
+        } else {
+            Loaded::Compiled(started.elapsed())
+        };
         Ok(Arc::new(Plugin {
+            loaded,
             name: name.to_string(),
             short_sha: sha256[..12].to_string(),
             sha256,
@@ -177,12 +209,15 @@ impl Runtime {
         name: &str,
         sha256: &str,
         bytes: &[u8],
-    ) -> Result<ComponentPlugin, LoadError> {
-        let component = self
-            .inner
-            .compiler
-            .component(&self.inner.engine, name, sha256, bytes)?;
-        ComponentPlugin::new(name, &self.inner.components, &component)
+    ) -> Result<(ComponentPlugin, bool), LoadError> {
+        let (component, cached) =
+            self.inner
+                .compiler
+                .component(&self.inner.engine, name, sha256, bytes)?;
+        Ok((
+            ComponentPlugin::new(name, &self.inner.components, &component)?,
+            cached,
+        ))
     }
 }
 

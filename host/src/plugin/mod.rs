@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cache::{COMPILE_COMMAND, compile_for_parent};
-pub use engine::{Runtime, RuntimeConfig};
+pub use engine::{CompilePriority, Runtime, RuntimeConfig};
 pub use error::{HandlerError, LoadError, TrapKind};
-pub use version::Plugin;
+pub use version::{Loaded, Plugin};
 
 /// Per-call limits, from the subscription.
 #[derive(Debug, Clone, Copy)]

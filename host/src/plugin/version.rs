@@ -23,8 +23,27 @@ pub(crate) enum Kind {
     Component(ComponentPlugin),
 }
 
+/// How a version was made ready, and how long that took: what `check` reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Loaded {
+    /// Compiled (a component: in the compiler child, then written to the compile cache).
+    Compiled(Duration),
+    /// A component's artifact read from the compile cache.
+    Cached(Duration),
+}
+
+impl std::fmt::Display for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loaded::Compiled(t) => write!(f, "compiled in {:.1} s", t.as_secs_f64()),
+            Loaded::Cached(t) => write!(f, "from the compile cache in {} ms", t.as_millis()),
+        }
+    }
+}
+
 /// One compiled version of a plugin file.
 pub struct Plugin {
+    pub(crate) loaded: Loaded,
     pub(crate) name: String,
     pub(crate) sha256: String,
     pub(crate) short_sha: String,
@@ -43,6 +62,11 @@ impl std::fmt::Debug for Plugin {
 }
 
 impl Plugin {
+    /// Compiled or read from the cache, and how long that took.
+    pub fn loaded(&self) -> Loaded {
+        self.loaded
+    }
+
     /// The file name, e.g. `user_monitor.wasm`.
     pub fn name(&self) -> &str {
         &self.name

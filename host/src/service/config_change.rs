@@ -121,6 +121,10 @@ fn reload_config(old: &Config) -> anyhow::Result<Config> {
         later.push("[admin]");
         new.admin = old.admin.clone();
     }
+    if new.tracing != old.tracing {
+        later.push("[tracing]");
+        new.tracing = old.tracing.clone();
+    }
     if new.delay != old.delay {
         later.push("[delay]");
         new.delay = old.delay;

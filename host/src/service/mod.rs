@@ -25,12 +25,12 @@ use crate::config::{Config, Subscription};
 use crate::consumer::Subscriber;
 use crate::delay::Delayer;
 use crate::metrics::Metrics;
-use crate::plugin::{Runtime, RuntimeConfig};
+use crate::plugin::{CompilePriority, Runtime, RuntimeConfig};
 use crate::reload::{self, Change, PluginSet};
 use crate::topology::{Plan, TopologyError};
 
 /// The process-wide plugin runtime, sized for `config`.
-pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
+pub fn runtime_for(config: &Config, priority: CompilePriority) -> anyhow::Result<Runtime> {
     let calls: u32 = config
         .subscriptions
         .iter()
@@ -49,6 +49,7 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
         max_memory,
         cache_dir: Some(config.compiled_dir()),
         compiler_exe: compiler_exe(),
+        compile_priority: priority,
     })
     .context("starting the plugin runtime")?;
     runtime.set_max_plugin_size(config.plugins.max_plugin_size);
@@ -128,7 +129,7 @@ type Shutdown<'a> = Pin<&'a mut (dyn Future<Output = ()> + Send)>;
 /// Broker outages are ridden out with backoff; only user errors (bad plugin, inequivalent
 /// queue arguments at start) end it early.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
-    let runtime = runtime_for(&config)?;
+    let runtime = runtime_for(&config, CompilePriority::Background)?;
     let plugins = PluginSet::new(runtime);
     let metrics = Arc::new(Metrics::new());
     let state = State::new(config, plugins.clone(), metrics.clone()).await?;
@@ -142,7 +143,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> a
             crate::admin::serve(
                 admin.listen,
                 metrics.clone(),
-                plugins.clone(),
+                crate::admin::Console {
+                    config: Arc::new(state.config.clone()),
+                    plugins: plugins.clone(),
+                    capabilities: state.capabilities.clone(),
+                },
                 admin_cancel.clone(),
             )
             .await?,

@@ -260,6 +260,22 @@ impl Probe {
         probe
     }
 
+    /// The config the service runs (a child's, read from its worker.toml).
+    pub fn config(&self) -> worker_host::config::Config {
+        match &self.runner {
+            Runner::Child(host) => {
+                worker_host::config::Config::load(&host.config)
+                    .expect("the child's worker.toml")
+                    .0
+            }
+            Runner::InProcess(svc) => {
+                worker_host::config::Config::load(&svc.dir.path().join("worker.toml"))
+                    .expect("the service's worker.toml")
+                    .0
+            }
+        }
+    }
+
     /// The child's log so far (empty in-process: the test's own output has those lines).
     pub fn log(&self) -> String {
         match &self.runner {

@@ -250,9 +250,19 @@ pub(crate) async fn probe(ch: &lapin::Channel, n: &Names, body: &str) -> usize {
     version
 }
 
-/// Publishes `body` and waits for its result in `seen`: the version that handled it (from the
-/// result's routing key) and the result's body.
+/// Publishes `body` and waits (up to 10 s) for its result in `seen`: the version that handled it
+/// (from the result's routing key) and the result's body.
 pub(crate) async fn result_of(ch: &lapin::Channel, n: &Names, body: &str) -> (usize, String) {
+    result_within(ch, n, body, Duration::from_secs(10)).await
+}
+
+/// `result_of`, waiting up to `wait` for the result.
+pub(crate) async fn result_within(
+    ch: &lapin::Channel,
+    n: &Names,
+    body: &str,
+    wait: Duration,
+) -> (usize, String) {
     common::publish(
         ch,
         &n.master(),
@@ -261,11 +271,9 @@ pub(crate) async fn result_of(ch: &lapin::Channel, n: &Names, body: &str) -> (us
         BasicProperties::default(),
     )
     .await;
-    let msg = common::eventually(
-        Duration::from_secs(10),
-        &format!("the result of {body}"),
-        || async { common::get(ch, &n.seen()).await },
-    )
+    let msg = common::eventually(wait, &format!("the result of {body}"), || async {
+        common::get(ch, &n.seen()).await
+    })
     .await;
     (
         parse_version(msg.delivery.routing_key.as_str()),

@@ -14,6 +14,8 @@ use bytes::Bytes;
 use http::header::HOST;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
+use http_body_util::BodyExt as _;
+use tracing::Instrument;
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi_http::{
     Error, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
@@ -21,8 +23,10 @@ use wasmtime_wasi_http::{
 
 use self::policy::{Policy, Refusal, Target};
 use self::send::{Io, Limits};
+use super::capture::Capture;
 use super::{Capability, Host, Recorder, Scope};
 use crate::config::HttpGrant;
+use crate::telemetry;
 
 /// A subscription's HTTP grant, ready to decide requests.
 pub(crate) struct Grant {
@@ -95,14 +99,43 @@ impl WasiHttpHooks for Hooks {
     ) -> Box<dyn Future<Output = Result<(Response<WasiBody>, IoFuture), Error>> + Send> {
         let grant = self.grant.clone();
         let scope = self.scope.clone();
-        Box::new(async move {
+        // Made here, in the plugin's call: the returned future runs on a task of its own.
+        let span = telemetry::span!(
+            "http",
+            otel.name = request.method().as_str(),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            http.request.method = request.method().as_str(),
+            server.address = request.uri().host().unwrap_or(""),
+            url.path = request.uri().path(),
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let traced = span.clone();
+        let work = async move {
             // No scope means no message is running (begin was not called): nothing may go out.
             let Some(scope) = scope else {
                 return Err(Error::HttpRequestDenied);
             };
             let (res, io) = handle(request, grant.as_deref(), &scope, options).await?;
             Ok((res, Box::new(io) as IoFuture))
-        })
+        };
+        Box::new(
+            async move {
+                let result = work.await;
+                match &result {
+                    Ok((res, _)) => {
+                        traced.record("http.response.status_code", res.status().as_u16());
+                    }
+                    Err(err) => {
+                        let kind = format!("{err:?}");
+                        telemetry::failed(&traced, kind.split('(').next().unwrap_or(""));
+                    }
+                }
+                result
+            }
+            .instrument(span),
+        )
     }
 }
 
@@ -153,12 +186,36 @@ where
         Err(Stop::Failed(err)) => return Err(err),
     };
     let request = with_host_headers(request, &grant.policy, &target);
+    if let Some(capture) = &scope.capture {
+        call.succeeded();
+        return Ok(dry_answer(&request, capture));
+    }
     let limits = Limits {
         deadline,
         options,
         max_response: grant.policy.max_response,
     };
     send::send(request, &target, &addrs, limits, call).await
+}
+
+/// A dry run's request, allowed by the grant: recorded (the names of its headers, not their
+/// values, which may be the grant's secrets) and answered `200` with an empty body and
+/// `x-worker-dry-run: 1`; nothing is sent.
+fn dry_answer<B>(request: &Request<B>, capture: &Capture) -> (Response<WasiBody>, Io) {
+    let headers: Vec<&str> = request.headers().keys().map(|k| k.as_str()).collect();
+    capture.record(serde_json::json!({
+        "http": request.method().as_str(),
+        "url": request.uri().to_string(),
+        "headers": headers,
+    }));
+    let body = http_body_util::Empty::<Bytes>::new()
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert("x-worker-dry-run", HeaderValue::from_static("1"));
+    (response, Box::pin(async { Ok(()) }))
 }
 
 /// The request as it goes out: `Host` naming the target, and the grant's headers for its origin
@@ -172,6 +229,9 @@ fn with_host_headers<B>(mut request: Request<B>, policy: &Policy, target: &Targe
     }
     for (name, value) in policy.headers_for(target) {
         headers.insert(name.clone(), value.clone());
+    }
+    if telemetry::enabled() {
+        telemetry::inject_http(headers);
     }
     request
 }

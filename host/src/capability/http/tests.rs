@@ -132,6 +132,7 @@ fn scope(within: Duration) -> Scope {
         plugin: "test.wasm".into(),
         queue: "http-test".into(),
         deadline: Instant::now() + within,
+        capture: None,
     }
 }
 

@@ -15,6 +15,7 @@
 //! - A store that cannot be reached answers `unavailable(why)` and `/readyz` says so until a
 //!   call or a ping gets through again.
 
+mod dry;
 mod embedded;
 mod redis;
 
@@ -26,12 +27,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use tokio::time::timeout_at;
+use tracing::Instrument;
 use wasmtime::component::{HasSelf, Linker};
 
+use self::dry::Dry;
 use self::embedded::Embedded;
 use self::redis::Redis;
 use super::{Capability, Host, Recorder, Scope};
 use crate::config::{KvBackend, KvStoreConfig};
+use crate::telemetry;
 use crate::wit::worker::plugin::kv;
 use crate::wit::worker::plugin::kv::KvError;
 
@@ -90,7 +94,7 @@ impl Store {
                 Backend::Redis(r) => r.get(key).await,
             }
         };
-        self.run(check_key(key), deadline, work).await
+        self.run("get", check_key(key), deadline, work).await
     }
 
     pub async fn set(
@@ -108,7 +112,7 @@ impl Store {
                 Backend::Redis(r) => r.set(key, value, ttl_ms).await,
             }
         };
-        self.run(check, deadline, work).await
+        self.run("set", check, deadline, work).await
     }
 
     /// Whether the key existed (an expired key did not).
@@ -119,7 +123,7 @@ impl Store {
                 Backend::Redis(r) => r.delete(key).await,
             }
         };
-        self.run(check_key(key), deadline, work).await
+        self.run("delete", check_key(key), deadline, work).await
     }
 
     /// The new count; an absent key counts as 0.
@@ -135,7 +139,7 @@ impl Store {
                 Backend::Redis(r) => r.increment(key, delta).await,
             }
         };
-        self.run(check_key(key), deadline, work).await
+        self.run("increment", check_key(key), deadline, work).await
     }
 
     /// Writes `value` only if the current value is `expected` (`None`: only if absent).
@@ -158,7 +162,7 @@ impl Store {
                 Backend::Redis(r) => r.compare_and_swap(key, expected, value, ttl_ms).await,
             }
         };
-        self.run(check, deadline, work).await
+        self.run("compare-and-swap", check, deadline, work).await
     }
 
     fn check_value(&self, value: &[u8]) -> Result<(), KvError> {
@@ -171,6 +175,41 @@ impl Store {
     /// Runs one call: refused by `check` without touching the store, otherwise `work` bounded
     /// by `deadline`; counted in the metrics either way.
     async fn run<T>(
+        &self,
+        op: &'static str,
+        check: Result<(), KvError>,
+        deadline: Instant,
+        work: impl Future<Output = Result<T, KvError>>,
+    ) -> Result<T, KvError> {
+        let span = telemetry::span!(
+            "kv",
+            otel.name = %format_args!("kv {op}"),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            db.system.name = self.system(),
+            db.namespace = self.recorder.store(),
+            db.operation.name = op,
+            error.type = tracing::field::Empty,
+        );
+        let result = self
+            .run_in(check, deadline, work)
+            .instrument(span.clone())
+            .await;
+        if result.is_err() {
+            telemetry::failed(&span, result_kind(&result));
+        }
+        result
+    }
+
+    /// The backend's name, as OpenTelemetry's `db.system.name`.
+    fn system(&self) -> &'static str {
+        match self.backend {
+            Backend::Embedded(_) => "redb",
+            Backend::Redis(_) => "redis",
+        }
+    }
+
+    async fn run_in<T>(
         &self,
         check: Result<(), KvError>,
         deadline: Instant,
@@ -262,10 +301,12 @@ fn result_kind<T>(result: &Result<T, KvError>) -> &'static str {
     }
 }
 
-/// The `kv` state of one message: the granted store and the handler's deadline.
+/// The `kv` state of one message: the granted store and the handler's deadline, and in a dry
+/// run the call's overlay.
 #[derive(Default)]
 pub(crate) struct Instance {
     granted: Option<(Arc<Store>, Instant)>,
+    dry: Option<Dry>,
 }
 
 impl Instance {
@@ -284,11 +325,13 @@ impl Capability for Instance {
 
     fn begin(&mut self, grant: Option<Arc<Store>>, scope: &Scope) {
         self.granted = grant.map(|store| (store, scope.deadline));
+        self.dry = scope.capture.clone().map(Dry::new);
     }
 
     /// Writes took effect when made: nothing to commit or undo.
     async fn finish(&mut self, _ok: bool) -> Result<(), String> {
         self.granted = None;
+        self.dry = None;
         Ok(())
     }
 }
@@ -296,7 +339,10 @@ impl Capability for Instance {
 impl kv::Host for Instance {
     async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, KvError> {
         let (store, deadline) = self.store()?;
-        store.get(&key, deadline).await
+        match &self.dry {
+            Some(dry) => dry.get(&store, &key, deadline).await,
+            None => store.get(&key, deadline).await,
+        }
     }
 
     async fn set(
@@ -306,17 +352,26 @@ impl kv::Host for Instance {
         ttl_ms: Option<u64>,
     ) -> Result<(), KvError> {
         let (store, deadline) = self.store()?;
-        store.set(&key, value, ttl_ms, deadline).await
+        match &mut self.dry {
+            Some(dry) => dry.set(&store, &key, value, ttl_ms),
+            None => store.set(&key, value, ttl_ms, deadline).await,
+        }
     }
 
     async fn delete(&mut self, key: String) -> Result<bool, KvError> {
         let (store, deadline) = self.store()?;
-        store.delete(&key, deadline).await
+        match &mut self.dry {
+            Some(dry) => dry.delete(&store, &key, deadline).await,
+            None => store.delete(&key, deadline).await,
+        }
     }
 
     async fn increment(&mut self, key: String, delta: i64) -> Result<i64, KvError> {
         let (store, deadline) = self.store()?;
-        store.increment(&key, delta, deadline).await
+        match &mut self.dry {
+            Some(dry) => dry.increment(&store, &key, delta, deadline).await,
+            None => store.increment(&key, delta, deadline).await,
+        }
     }
 
     async fn compare_and_swap(
@@ -327,8 +382,17 @@ impl kv::Host for Instance {
         ttl_ms: Option<u64>,
     ) -> Result<bool, KvError> {
         let (store, deadline) = self.store()?;
-        store
-            .compare_and_swap(&key, expected, value, ttl_ms, deadline)
-            .await
+        match &mut self.dry {
+            Some(dry) => {
+                let swap = (expected, value);
+                dry.compare_and_swap(&store, &key, swap, ttl_ms, deadline)
+                    .await
+            }
+            None => {
+                store
+                    .compare_and_swap(&key, expected, value, ttl_ms, deadline)
+                    .await
+            }
+        }
     }
 }

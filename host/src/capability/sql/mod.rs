@@ -15,8 +15,10 @@
 //! - Values map as `value.rs` says; errors as `error.rs` says. No message names the URL.
 
 mod backend;
+mod dry;
 mod error;
 pub(crate) mod outbox;
+mod statement;
 mod text;
 mod value;
 
@@ -34,12 +36,16 @@ use sqlx::pool::PoolOptions;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use tokio::time::{timeout, timeout_at};
+use tracing::Instrument;
 use wasmtime::component::{HasSelf, Linker};
 
 use self::backend::{Conn, Output, Pool, Want};
 use self::error::{Failure, classify};
+use self::statement::{operation, transaction_control};
+use super::capture::Capture;
 use super::{Capability, Host, Recorder, Scope};
 use crate::config::{Secret, SqlDatabaseConfig, SqlKind};
+use crate::telemetry;
 use crate::wit::worker::plugin::sql;
 
 /// How long a message waits for a pooled connection (or for a new one to open, the server
@@ -71,6 +77,15 @@ pub(crate) struct Database {
 }
 
 impl Database {
+    /// The server kind, as OpenTelemetry's `db.system.name`.
+    fn system(&self) -> &'static str {
+        match self.pool.kind() {
+            SqlKind::Sqlite => "sqlite",
+            SqlKind::Postgres => "postgresql",
+            SqlKind::MySql => "mysql",
+        }
+    }
+
     /// Builds the pool. PostgreSQL and MySQL connect lazily, so a server that is down at start
     /// only makes calls answer `unavailable`; a SQLite file is opened (and created, with its
     /// directory) now, so a path that cannot be is a start-up error.
@@ -235,6 +250,8 @@ pub(crate) struct Instance {
     database: Option<Arc<Database>>,
     deadline: Option<Instant>,
     tx: Tx,
+    /// A dry run: each statement is recorded (the transaction is rolled back in the end).
+    capture: Option<Arc<Capture>>,
 }
 
 #[derive(Default)]
@@ -256,11 +273,13 @@ impl Capability for Instance {
     fn begin(&mut self, grant: Option<Arc<Database>>, scope: &Scope) {
         self.database = grant;
         self.deadline = Some(scope.deadline);
+        self.capture = scope.capture.clone();
         // Normally idle already; a transaction left over is closed, so rolled back.
         self.tx = Tx::Idle;
     }
 
     async fn finish(&mut self, ok: bool) -> Result<(), String> {
+        self.capture = None;
         let tx = std::mem::take(&mut self.tx);
         let database = self.database.take();
         let deadline = self.deadline.take().unwrap_or_else(Instant::now);
@@ -299,8 +318,29 @@ impl Instance {
         let Some(db) = self.database.clone() else {
             return Err(sql::SqlError::Denied);
         };
+        let span = telemetry::span!(
+            "sql",
+            otel.name = %format_args!("sql {}", operation(&statement)),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            db.system.name = db.system(),
+            db.namespace = db.recorder.store(),
+            db.operation.name = operation(&statement),
+            error.type = tracing::field::Empty,
+        );
         let started = Instant::now();
-        let result = self.run(&db, &statement, params, want).await;
+        let shown = self.capture.as_ref().map(|_| params.clone());
+        let result = self
+            .run(&db, &statement, params, want)
+            .instrument(span.clone())
+            .await;
+        if let Err(failure) = &result {
+            telemetry::failed(&span, failure.kind());
+        }
+        if let (Some(capture), Some(params)) = (&self.capture, shown) {
+            let effect = dry::effect(db.recorder.store(), &statement, &params, &result);
+            capture.record(effect);
+        }
         db.observe(started, result.as_ref().err());
         result.map_err(|f| f.error)
     }
@@ -396,38 +436,6 @@ fn with_message(error: &sql::SqlError, text: String) -> sql::SqlError {
         E::Invalid(_) => E::Invalid(text),
         E::Other(_) => E::Other(text),
     }
-}
-
-/// The statement's first keyword if it controls transactions (which the host owns), past
-/// blanks and comments.
-fn transaction_control(statement: &str) -> Option<String> {
-    let mut rest = statement.trim_start();
-    loop {
-        if let Some(after) = rest.strip_prefix("--") {
-            rest = after.split_once('\n').map_or("", |(_, r)| r).trim_start();
-        } else if let Some(after) = rest.strip_prefix("/*") {
-            rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
-        } else {
-            break;
-        }
-    }
-    let word: String = rest
-        .chars()
-        .take_while(|c| c.is_ascii_alphabetic())
-        .collect::<String>()
-        .to_ascii_uppercase();
-    const CONTROL: &[&str] = &[
-        "BEGIN",
-        "START",
-        "COMMIT",
-        "END",
-        "ROLLBACK",
-        "ABORT",
-        "SAVEPOINT",
-        "RELEASE",
-        "XA",
-    ];
-    CONTROL.contains(&word.as_str()).then_some(word)
 }
 
 impl sql::Host for Instance {

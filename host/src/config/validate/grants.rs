@@ -276,7 +276,7 @@ impl Checker<'_> {
     }
 
     /// `${VAR}` replaced from the environment; a missing or malformed reference is an error.
-    fn expand(&mut self, value: &Spanned<String>) -> String {
+    pub(super) fn expand(&mut self, value: &Spanned<String>) -> String {
         match expand_vars(value.get_ref(), self.vars) {
             Ok(text) => text,
             Err(why) => {

@@ -13,11 +13,12 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::error::{ConfigError, Location, Problem, Warning};
-use super::raw::{RawConfig, RawQueue, RawSettings, RawSubscription};
+use super::raw::{RawAdmin, RawConfig, RawQueue, RawSettings, RawSubscription, RawTracing};
 use super::units::{DurationText, MAX_NAME_BYTES, Name};
 use super::{
     Admin, BindingDecl, Broker, Config, DEFAULT_MAX_PLUGIN_SIZE, DEFAULT_PAUSE_FOR, DelayConfig,
-    ExchangeDecl, Exchanges, Pause, Plugins, QueueDecl, QueueType, RetryDelay, Subscription,
+    ExchangeDecl, Exchanges, Pause, Plugins, QueueDecl, QueueType, RetryDelay, Secret,
+    Subscription, TracingConfig,
 };
 
 /// RabbitMQ refuses a TTL above ten years (in milliseconds).
@@ -143,7 +144,8 @@ impl Checker<'_> {
         let broker = self.broker(&raw, env_url);
         let exchanges = self.exchanges(&raw);
         let plugins = self.plugins(&raw);
-        let admin = raw.admin.as_ref().map(|a| Admin { listen: a.listen.0 });
+        let admin = raw.admin.as_ref().map(|a| self.admin(a));
+        let tracing = raw.tracing.as_ref().map(|t| self.tracing(t));
 
         let exchanges_extra = self.exchanges_extra(&raw, &exchanges);
         let declared = |name: &str| {
@@ -177,6 +179,7 @@ impl Checker<'_> {
             exchanges,
             plugins,
             admin,
+            tracing,
             subscriptions,
             exchanges_extra,
             queues_extra,
@@ -184,6 +187,70 @@ impl Checker<'_> {
             kv,
             sql,
             delay: raw.delay.map(|d| DelayConfig { levels: d.levels.0 }),
+        }
+    }
+
+    /// `[admin]`: a listener other hosts can reach must have a token, since the console there
+    /// can replay and discard messages.
+    fn admin(&mut self, raw: &RawAdmin) -> Admin {
+        let listen = raw.listen.get_ref().0;
+        let token = raw.token.as_ref().map(|t| (t.span(), self.expand(t)));
+        match &token {
+            Some((span, value)) if value.trim().is_empty() => {
+                self.error(Some(span.clone()), "token: empty; set a long random value");
+            }
+            None if !listen.ip().is_loopback() => self.error(
+                Some(raw.listen.span()),
+                format!(
+                    "listen: {listen} can be reached from other hosts, where the console can \
+                     replay and discard messages: set [admin] token (\"${{VAR}}\" allowed), or \
+                     listen on 127.0.0.1"
+                ),
+            ),
+            _ => {}
+        }
+        Admin {
+            listen,
+            token: token.map(|(_, value)| Secret::new(value)),
+        }
+    }
+
+    /// `[tracing]`: a plain `http://host[:port][/path]` collector URL, `${VAR}` expanded.
+    fn tracing(&mut self, raw: &RawTracing) -> TracingConfig {
+        let otlp = self.expand(&raw.otlp);
+        let parsed = otlp.parse::<http::Uri>();
+        let good = parsed.as_ref().is_ok_and(|uri| {
+            uri.scheme_str() == Some("http") && uri.host().is_some() && uri.query().is_none()
+        });
+        if !good && !otlp.is_empty() {
+            self.error(
+                Some(raw.otlp.span()),
+                format!(
+                    "otlp: expected an OTLP/HTTP collector URL like \"http://127.0.0.1:4318\", got {:?} \
+                     (https is not supported: export to a collector on this host or network)",
+                    raw.otlp.get_ref()
+                ),
+            );
+        }
+        let service_name = raw
+            .service_name
+            .as_ref()
+            .map_or_else(|| "worker-host".to_string(), |n| n.get_ref().clone());
+        let sample_ratio = match &raw.sample_ratio {
+            None => 1.0,
+            Some(r) if (0.0..=1.0).contains(r.get_ref()) => *r.get_ref(),
+            Some(r) => {
+                self.error(
+                    Some(r.span()),
+                    format!("sample_ratio: expected 0 to 1, got {}", r.get_ref()),
+                );
+                1.0
+            }
+        };
+        TracingConfig {
+            otlp: otlp.trim_end_matches('/').to_string(),
+            service_name,
+            sample_ratio,
         }
     }
 

@@ -78,6 +78,7 @@ impl CState {
             plugin: plugin.clone(),
             queue: input.meta.queue.clone(),
             deadline,
+            capture: input.granted.capture.clone(),
         };
         self.capabilities.begin(&input.granted, &scope);
         self.input = input;
@@ -90,7 +91,9 @@ impl CState {
 
     /// Commits (on ok) or undoes the message's capability effects (SQL transaction); with
     /// the outbox, the message and what it published are recorded in that transaction.
+    /// A dry run commits nothing: its SQL transaction is always rolled back.
     pub async fn settle_capabilities(&mut self, ok: bool) -> Result<(), String> {
+        let ok = ok && self.input.granted.capture.is_none();
         let record = if ok { self.outbox_record() } else { None };
         if record.is_some() {
             failpoint::hit("outbox-before-commit");

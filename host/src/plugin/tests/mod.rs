@@ -16,6 +16,7 @@ fn runtime() -> &'static Runtime {
             max_memory: 64 * MIB,
             cache_dir: None,
             compiler_exe: None,
+            compile_priority: CompilePriority::Foreground,
         })
         .expect("runtime")
     })

@@ -67,6 +67,7 @@ async fn a_slow_plugin_does_not_block_others() {
         max_memory: 16 * MIB,
         cache_dir: None,
         compiler_exe: None,
+        compile_priority: CompilePriority::Foreground,
     })
     .expect("runtime");
     let slow = rt

@@ -128,8 +128,10 @@ async fn writes_sweep_expired_keys() {
     let dir = tempdir();
     let ctx = embedded(dir.path(), "sweep").await;
     let s = &ctx.store;
+    // Long enough that no key expires while the eleven durable writes run on a busy machine
+    // (50 ms did not, in CI), so the first count is exact.
     for i in 0..10 {
-        s.set(&format!("gone{i}"), b"v".to_vec(), Some(50), deadline())
+        s.set(&format!("gone{i}"), b"v".to_vec(), Some(1_500), deadline())
             .await
             .unwrap();
     }

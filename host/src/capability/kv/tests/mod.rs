@@ -41,6 +41,7 @@ pub(super) fn message(store: Option<Arc<Store>>, timeout: Duration) -> Instance 
         plugin: "test.wasm".into(),
         queue: "test".into(),
         deadline: Instant::now() + timeout,
+        capture: None,
     };
     let mut instance = Instance::default();
     instance.begin(store, &scope);

@@ -132,9 +132,13 @@ async fn silent_server_does_not_hang_past_the_deadline() {
         let mut m = ctx.message(Duration::from_millis(300));
         let started = Instant::now();
         let err = m.increment("k".into(), 1).await.unwrap_err();
-        assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
+        // The deadline's answer, not the connect timeout's (1 s) nor the response timeout's.
+        assert!(
+            matches!(&err, KvError::Unavailable(why) if why.starts_with("timed out")),
+            "{err:?}"
+        );
         let took = started.elapsed();
-        assert!(took < Duration::from_millis(800), "took {took:?}");
+        assert!(took < Duration::from_secs(3), "took {took:?}");
     }
 }
 
@@ -162,14 +166,14 @@ impl Drop for OwnServer {
     }
 }
 
-/// Polls `set` until it succeeds; fails after 10 s.
+/// Polls `set` until it succeeds; fails after 30 s.
 async fn until_set(ctx: &Ctx) {
-    let until = Instant::now() + Duration::from_secs(10);
+    let until = Instant::now() + Duration::from_secs(30);
     loop {
         let mut m = ctx.message(Duration::from_secs(2));
         match m.set("k".into(), b"v".to_vec(), None).await {
             Ok(()) => return,
-            Err(e) => assert!(Instant::now() < until, "still failing after 10 s: {e:?}"),
+            Err(e) => assert!(Instant::now() < until, "still failing after 30 s: {e:?}"),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

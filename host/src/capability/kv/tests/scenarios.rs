@@ -106,20 +106,21 @@ pub(super) async fn compare_and_swap(ctx: &Ctx) {
 }
 
 /// Values written with a TTL disappear after it (polled, not slept), whichever call wrote
-/// them; `increment` keeps a TTL; `set` without one makes a key permanent.
+/// them; `increment` keeps a TTL; `set` without one makes a key permanent. The TTL is long
+/// enough that the writes and reads before the wait finish inside it on a busy machine.
 pub(super) async fn ttl(ctx: &Ctx) {
     let s = &ctx.store;
-    s.set("t-set", b"v".to_vec(), Some(150), deadline())
+    s.set("t-set", b"v".to_vec(), Some(1_500), deadline())
         .await
         .unwrap();
-    s.compare_and_swap("t-cas", None, b"v".to_vec(), Some(150), deadline())
+    s.compare_and_swap("t-cas", None, b"v".to_vec(), Some(1_500), deadline())
         .await
         .unwrap();
-    s.set("t-inc", b"1".to_vec(), Some(150), deadline())
+    s.set("t-inc", b"1".to_vec(), Some(1_500), deadline())
         .await
         .unwrap();
     assert_eq!(s.increment("t-inc", 1, deadline()).await.unwrap(), 2);
-    s.set("t-perm", b"v".to_vec(), Some(150), deadline())
+    s.set("t-perm", b"v".to_vec(), Some(1_500), deadline())
         .await
         .unwrap();
     s.set("t-perm", b"w".to_vec(), None, deadline())

@@ -109,6 +109,7 @@ pub(super) fn scope(timeout: Duration) -> Scope {
         plugin: "test.wasm".into(),
         queue: "q".into(),
         deadline: Instant::now() + timeout,
+        capture: None,
     }
 }
 
@@ -218,7 +219,7 @@ async fn without_a_grant_every_call_is_denied() {
 
 #[test]
 fn transaction_control_is_recognised_past_comments() {
-    use super::transaction_control as control;
+    use super::statement::transaction_control as control;
     assert_eq!(control("COMMIT").as_deref(), Some("COMMIT"));
     assert_eq!(
         control("  -- note\n /* x */ rollback to s").as_deref(),

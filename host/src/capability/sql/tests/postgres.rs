@@ -154,7 +154,7 @@ async fn invalid_statements() {
 #[tokio::test]
 async fn statement_past_the_deadline_is_cut_off() {
     let ctx = postgres().await;
-    scenarios::statement_past_the_deadline_is_cut_off(&ctx, "SELECT pg_sleep(5)").await;
+    scenarios::statement_past_the_deadline_is_cut_off(&ctx, "SELECT pg_sleep(15)").await;
 }
 
 #[tokio::test]

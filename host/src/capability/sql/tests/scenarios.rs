@@ -157,11 +157,12 @@ pub async fn invalid_statements(ctx: &Ctx) {
 }
 
 /// A statement still running at the deadline is cut off as `unavailable`; the message's
-/// transaction is gone: later statements fail, the commit fails, nothing stays.
+/// transaction is gone: later statements fail, the commit fails, nothing stays. `sleep` runs
+/// longer than the 10 s the cut-off may take (MariaDB's DROP TABLE then waits for it to end).
 pub async fn statement_past_the_deadline_is_cut_off(ctx: &Ctx, sleep: &str) {
     let t = unique("sql_deadline");
     ctx.exec(&format!("CREATE TABLE {t} (id INTEGER)")).await;
-    let mut m = ctx.message(Duration::from_millis(800));
+    let mut m = ctx.message(Duration::from_secs(2));
     let insert = format!("INSERT INTO {t} (id) {}", ctx.values(1));
     assert_eq!(
         e(m.execute(insert.clone(), vec![Value::Int(1)]).await),
@@ -170,7 +171,7 @@ pub async fn statement_past_the_deadline_is_cut_off(ctx: &Ctx, sleep: &str) {
     let started = Instant::now();
     assert_kind(m.query(sleep.to_string(), vec![]).await, "unavailable");
     assert!(
-        started.elapsed() < Duration::from_millis(1500),
+        started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
     );
@@ -189,7 +190,8 @@ pub async fn closed_port_is_unavailable(ctx: &Ctx) {
     let mut m = ctx.message(deadline);
     let started = Instant::now();
     let why = assert_kind(m.query("SELECT 1".into(), vec![]).await, "unavailable");
-    assert!(started.elapsed() < deadline + Duration::from_millis(500));
+    // Below ACQUIRE_TIMEOUT (5 s): the deadline ended the wait, not the pool.
+    assert!(started.elapsed() < deadline + Duration::from_secs(3));
     assert!(!why.contains("secret"), "{why}");
     assert_eq!(m.finish(true).await, Ok(()));
     let ping = ctx.db.ping().await.expect_err("the ping must fail");

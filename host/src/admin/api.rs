@@ -1,0 +1,309 @@
+//! The JSON API under `/api/`: the parked messages of every subscription, and the `failed`
+//! actions with the command line's semantics (the same selections, the same audit lines). With
+//! `[admin] token` set, every request that changes something needs `Authorization: Bearer`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::capability::Capabilities;
+use crate::config::{Config, Secret};
+use crate::failed::{self, FailedError, Selection, Trial};
+use crate::reload::PluginSet;
+
+/// What the API works on: the service's config, its plugins and its open stores.
+#[derive(Clone)]
+pub(crate) struct Console {
+    pub config: Arc<Config>,
+    pub plugins: PluginSet,
+    pub capabilities: Arc<Capabilities>,
+}
+
+/// Messages a listing returns when it names no limit.
+const PAGE: u64 = 100;
+/// Bytes of each body a listing shows.
+const BODY_BYTES: usize = 64 << 10;
+
+/// The `/api/` routes.
+pub(crate) fn routes(console: Console, max_upload: usize) -> Router {
+    let token = console.config.admin.as_ref().and_then(|a| a.token.clone());
+    let changes = Router::new()
+        .route("/api/failed/{queue}/replay", post(replay))
+        .route("/api/failed/{queue}/discard", post(discard))
+        .route("/api/failed/{queue}/dry-run", post(dry_run))
+        .layer(DefaultBodyLimit::max(max_upload))
+        .layer(middleware::from_fn_with_state(token, authorized));
+    Router::new()
+        .route("/api/failed", get(queues))
+        .route("/api/failed/{queue}", get(messages))
+        .merge(changes)
+        .with_state(console)
+}
+
+/// Lets a request through when no token is set or it carries the right one; 401 otherwise.
+async fn authorized(State(token): State<Option<Secret>>, request: Request, next: Next) -> Response {
+    let Some(token) = token else {
+        return next.run(request).await;
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(given) if same(given.as_bytes(), token.expose().as_bytes()) => next.run(request).await,
+        _ => error(
+            StatusCode::UNAUTHORIZED,
+            "this action needs the console token: send Authorization: Bearer <[admin] token>",
+        ),
+    }
+}
+
+/// Compares in time that depends on the lengths only, not on where the bytes differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn error(status: StatusCode, text: &str) -> Response {
+    (status, axum::Json(json!({ "error": text }))).into_response()
+}
+
+/// An error of a `failed` action as a response: unknown queues 404, a broker that cannot be
+/// reached 503, anything else 500; always with the reason.
+fn failure(err: &anyhow::Error) -> Response {
+    let text = format!("{err:#}");
+    if err.chain().any(|e| e.is::<FailedError>()) {
+        return error(StatusCode::NOT_FOUND, &text);
+    }
+    if err.chain().any(|e| e.is::<crate::broker::Unreachable>()) {
+        return error(StatusCode::SERVICE_UNAVAILABLE, &text);
+    }
+    error(StatusCode::INTERNAL_SERVER_ERROR, &text)
+}
+
+/// `GET /api/failed`: every subscription with its failed queue and how many messages wait.
+async fn queues(State(console): State<Console>) -> Response {
+    match failed::counts(&console.config).await {
+        Ok(counts) => {
+            let queues: Vec<Value> = counts
+                .into_iter()
+                .map(|(queue, failed, count)| {
+                    json!({"queue": queue, "failed_queue": failed, "count": count})
+                })
+                .collect();
+            axum::Json(json!({ "queues": queues })).into_response()
+        }
+        Err(err) => failure(&err),
+    }
+}
+
+#[derive(Deserialize)]
+struct Page {
+    limit: Option<u64>,
+}
+
+/// `GET /api/failed/{queue}?limit=N`: the first N parked messages as `failed list` shows
+/// them, with up to 64 KiB of each body; nothing moves.
+async fn messages(
+    State(console): State<Console>,
+    Path(queue): Path<String>,
+    Query(page): Query<Page>,
+) -> Response {
+    let mut out = Vec::new();
+    let selection = Selection::First(page.limit.unwrap_or(PAGE));
+    match failed::list_with(&console.config, &queue, &selection, BODY_BYTES, &mut out).await {
+        Ok(_) => axum::Json(json!({ "messages": json_lines(&out) })).into_response(),
+        Err(err) => failure(&err),
+    }
+}
+
+fn json_lines(out: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Which messages an action takes, as JSON: `{"ids": [...]}`, `{"reason": "..."}`,
+/// `{"limit": N}` or `{"all": true}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Pick {
+    #[serde(default)]
+    ids: Vec<String>,
+    reason: Option<String>,
+    limit: Option<u64>,
+    #[serde(default)]
+    all: bool,
+}
+
+impl Pick {
+    /// The selection, or why the request names none or several.
+    fn selection(self) -> Result<Selection, &'static str> {
+        let named = usize::from(!self.ids.is_empty())
+            + usize::from(self.reason.is_some())
+            + usize::from(self.limit.is_some())
+            + usize::from(self.all);
+        match named {
+            0 => Err("name the messages: ids, reason, limit or all"),
+            1 if !self.ids.is_empty() => Ok(Selection::ids(self.ids)),
+            1 if self.all => Ok(Selection::All),
+            1 => Ok(self
+                .reason
+                .map_or_else(|| Selection::limit(self.limit), Selection::Reason)),
+            _ => Err("only one of ids, reason, limit and all"),
+        }
+    }
+}
+
+/// The selection a body names, or why it names none (a 400).
+fn pick(body: &[u8]) -> Result<Selection, String> {
+    let pick: Pick = serde_json::from_slice(body).map_err(|e| format!("bad selection: {e}"))?;
+    pick.selection().map_err(str::to_string)
+}
+
+fn bad_request(why: &str) -> Response {
+    error(StatusCode::BAD_REQUEST, why)
+}
+
+fn report(report: anyhow::Result<failed::Report>) -> Response {
+    match report {
+        Ok(r) => axum::Json(json!({"done": r.done, "missing": r.missing})).into_response(),
+        Err(err) => failure(&err),
+    }
+}
+
+/// `POST /api/failed/{queue}/replay`: as `failed replay`.
+async fn replay(
+    State(console): State<Console>,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> Response {
+    match pick(&body) {
+        Ok(selection) => report(failed::replay(&console.config, &queue, &selection).await),
+        Err(why) => bad_request(&why),
+    }
+}
+
+/// `POST /api/failed/{queue}/discard`: as `failed discard`, one audit line per message.
+async fn discard(
+    State(console): State<Console>,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> Response {
+    match pick(&body) {
+        Ok(Selection::First(_) | Selection::Reason(_)) => {
+            bad_request("discard takes ids or all, as the command does")
+        }
+        Ok(selection) => report(failed::discard(&console.config, &queue, &selection).await),
+        Err(why) => bad_request(&why),
+    }
+}
+
+#[derive(Deserialize)]
+struct DryRunQuery {
+    /// The selection as JSON when the body is an uploaded plugin.
+    select: Option<String>,
+}
+
+/// `POST /api/failed/{queue}/dry-run`: as `failed dry-run`. The body is the selection (JSON),
+/// run through the subscription's plugin; or a `.wasm` (`Content-Type: application/wasm`),
+/// checked like any plugin, with the selection in `?select=`.
+async fn dry_run(
+    State(console): State<Console>,
+    Path(queue): Path<String>,
+    Query(query): Query<DryRunQuery>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let uploaded = headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/wasm"));
+    let selection = match (uploaded, &query.select) {
+        (true, Some(select)) => pick(select.as_bytes()),
+        (true, None) => Err("name the messages in ?select=".to_string()),
+        (false, _) => pick(&body),
+    };
+    let selection = match selection {
+        Ok(selection) => selection,
+        Err(why) => return bad_request(&why),
+    };
+    let sub = match failed::subscription(&console.config, &queue) {
+        Ok(sub) => sub,
+        Err(err) => return failure(&err.into()),
+    };
+    let plugin = if uploaded {
+        console
+            .plugins
+            .load_bytes("upload.wasm", body.to_vec())
+            .await
+    } else {
+        console
+            .plugins
+            .slot(&sub.plugin_path)
+            .await
+            .map(|slot| slot.load_full())
+    };
+    let plugin = match plugin {
+        Ok(plugin) => plugin,
+        Err(err) => return error(StatusCode::BAD_REQUEST, &format!("{err:#}")),
+    };
+    let granted = console.capabilities.grant(sub);
+    let trial = Trial {
+        plugin: &plugin,
+        granted: &granted,
+    };
+    let mut out = Vec::new();
+    match failed::dry_run(&console.config, &queue, &trial, &selection, &mut out).await {
+        Ok(_) => axum::Json(json!({ "results": json_lines(&out) })).into_response(),
+        Err(err) => failure(&err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Result<Selection, String> {
+        pick(body.as_bytes())
+    }
+
+    #[test]
+    fn a_body_names_exactly_one_selection() {
+        assert_eq!(parse(r#"{"ids": ["a"]}"#), Ok(Selection::ids(["a"])));
+        assert_eq!(parse(r#"{"all": true}"#), Ok(Selection::All));
+        assert_eq!(parse(r#"{"limit": 2}"#), Ok(Selection::First(2)));
+        assert_eq!(
+            parse(r#"{"reason": "x"}"#),
+            Ok(Selection::Reason("x".into()))
+        );
+        assert!(parse("{}").unwrap_err().contains("name the messages"));
+        assert!(
+            parse(r#"{"all": true, "ids": ["a"]}"#)
+                .unwrap_err()
+                .contains("only one")
+        );
+        assert!(
+            parse(r#"{"every": true}"#)
+                .unwrap_err()
+                .contains("unknown field")
+        );
+        assert!(parse("not json").unwrap_err().starts_with("bad selection"));
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same(b"secret", b"secret"));
+        assert!(!same(b"secret", b"secreT"));
+        assert!(!same(b"secret", b"secret2"));
+        assert!(!same(b"", b"x"));
+    }
+}

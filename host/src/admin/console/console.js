@@ -1,0 +1,229 @@
+// The parked-message console: plain DOM over the JSON API under /api/. Message content is only
+// ever set as text (textContent), never as markup.
+"use strict";
+
+const TOKEN_KEY = "worker-host-console-token";
+// `limit`: how many of the queue's first messages the page reads (and groups); "Show more" adds.
+const PAGE = 500;
+const state = { queue: null, limit: PAGE, total: null, messages: [], results: new Map(), selected: new Set(), upload: null };
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "text") node.textContent = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+function notice(text, kind) {
+  const box = $("notice");
+  box.textContent = text;
+  box.className = kind || "";
+  box.hidden = !text;
+}
+
+function status(text) { $("status").textContent = text; }
+
+async function api(method, path, body, contentType) {
+  const headers = {};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers["Authorization"] = "Bearer " + token;
+  if (body !== undefined) headers["Content-Type"] = contentType || "application/json";
+  let response;
+  try {
+    response = await fetch(path, { method, headers, body });
+  } catch (err) {
+    notice("The service did not answer: " + err.message);
+    return null;
+  }
+  const data = await response.json().catch(() => ({}));
+  if (response.status === 401) {
+    notice("This action needs the console token (Authorization: Bearer): enter it with the Token button.");
+    askToken();
+    return null;
+  }
+  if (!response.ok) {
+    notice((data && data.error) || ("HTTP " + response.status));
+    return null;
+  }
+  return data;
+}
+
+function askToken() {
+  const dialog = $("token-dialog");
+  $("token-input").value = sessionStorage.getItem(TOKEN_KEY) || "";
+  if (!dialog.open) dialog.showModal();
+}
+
+$("token-dialog").addEventListener("close", () => {
+  if ($("token-dialog").returnValue === "save") {
+    sessionStorage.setItem(TOKEN_KEY, $("token-input").value);
+    notice("Token kept for this tab.", "info");
+  }
+});
+$("token-button").addEventListener("click", askToken);
+$("refresh").addEventListener("click", () => refresh());
+
+async function refresh() {
+  const data = await api("GET", "/api/failed");
+  if (!data) return;
+  const list = $("queues");
+  list.replaceChildren();
+  for (const q of data.queues) {
+    const button = el("button", { type: "button", "data-queue": q.queue, onclick: () => openQueue(q.queue) },
+      el("span", { text: q.queue }), el("span", { class: "count", text: q.count === null ? "missing" : String(q.count) }));
+    if (q.queue === state.queue) { button.setAttribute("aria-current", "true"); state.total = q.count; }
+    list.append(el("li", {}, button));
+  }
+  // The queue the address names (#queue), else the first with parked messages.
+  const named = decodeURIComponent(location.hash.slice(1));
+  const first = data.queues.find((q) => q.queue === named) || data.queues.find((q) => q.count > 0);
+  if (state.queue) await openQueue(state.queue, true);
+  else if (first) await openQueue(first.queue);
+}
+
+async function openQueue(queue, keepResults) {
+  if (queue !== state.queue) state.limit = PAGE;
+  state.queue = queue;
+  const listed = [...document.querySelectorAll("nav button")].find((b) => b.dataset.queue === queue);
+  if (listed) state.total = Number(listed.querySelector(".count").textContent) || 0;
+  history.replaceState(null, "", "#" + encodeURIComponent(queue));
+  if (!keepResults) { state.results.clear(); state.selected.clear(); }
+  for (const b of document.querySelectorAll("nav button")) {
+    b.setAttribute("aria-current", String(b.dataset.queue === queue));
+  }
+  status("loading " + queue + " …");
+  const data = await api("GET", "/api/failed/" + encodeURIComponent(queue) + "?limit=" + state.limit);
+  status("");
+  if (!data) return;
+  state.messages = data.messages;
+  render();
+}
+
+function groupsOf(messages) {
+  const groups = new Map();
+  for (const m of messages) {
+    const key = JSON.stringify([m.reason, m.plugin, m.plugin_sha256]);
+    if (!groups.has(key)) groups.set(key, { reason: m.reason, plugin: m.plugin, sha: m.plugin_sha256, messages: [] });
+    groups.get(key).messages.push(m);
+  }
+  return [...groups.values()];
+}
+
+function render() {
+  const section = $("queue");
+  const ids = state.messages.map((m) => m.id);
+  const toolbar = el("div", { class: "toolbar" },
+    el("button", { type: "button", class: "primary", onclick: () => act("replay", [...state.selected]) }, "Replay selected"),
+    el("button", { type: "button", onclick: () => dryRun([...state.selected]) }, "Dry-run selected"),
+    el("button", { type: "button", class: "danger", onclick: () => act("discard", [...state.selected]) }, "Discard selected"),
+    el("button", { type: "button", onclick: () => act("replay", null) }, "Replay all"),
+    el("button", { type: "button", onclick: () => dryRun(ids) }, "Dry-run all shown"),
+    el("button", { type: "button", class: "danger", onclick: () => act("discard", null) }, "Discard all"),
+    el("label", { for: "upload" }, "Dry-run with plugin file:"),
+    uploadInput());
+  const shown = state.messages.length;
+  const title = el("h2", { text: state.queue + "@failed · " + (state.total > shown
+    ? "groups of the first " + shown + " of " + state.total + " messages" : shown + " messages") });
+  const groups = groupsOf(state.messages).map(renderGroup);
+  if (!groups.length) groups.push(el("p", { class: "hint", text: "Nothing is parked here." }));
+  if (state.total > shown) {
+    groups.push(el("button", { type: "button", id: "more", onclick: () => { state.limit += PAGE * 4; openQueue(state.queue, true); } },
+      "Show " + Math.min(PAGE * 4, state.total - shown) + " more"));
+  }
+  section.replaceChildren(title, toolbar, ...groups);
+}
+
+function uploadInput() {
+  const input = el("input", { id: "upload", type: "file", accept: ".wasm,application/wasm" });
+  input.addEventListener("change", () => { state.upload = input.files[0] || null; });
+  return input;
+}
+
+function renderGroup(group) {
+  const ids = group.messages.map((m) => m.id);
+  const head = el("div", { class: "head" },
+    el("strong", { text: (group.reason || "no reason") + " · " + group.messages.length + " message" + (group.messages.length === 1 ? "" : "s") }),
+    el("span", { class: "tag", text: (group.plugin || "?") + " " + (group.sha || "").slice(0, 12) }),
+    el("button", { type: "button", onclick: () => act("replay", ids) }, "Replay group"),
+    el("button", { type: "button", onclick: () => dryRun(ids) }, "Dry-run group"),
+    el("button", { type: "button", class: "danger", onclick: () => act("discard", ids) }, "Discard group"));
+  return el("div", { class: "group" }, head, ...group.messages.map(renderMessage));
+}
+
+function renderMessage(m) {
+  const box = el("input", { type: "checkbox", "aria-label": "select " + m.id });
+  box.checked = state.selected.has(m.id);
+  box.addEventListener("change", () => { box.checked ? state.selected.add(m.id) : state.selected.delete(m.id); });
+  const line = el("div", { class: "line" }, box,
+    el("span", { class: "id", text: m.id }),
+    el("span", { class: "cause", text: m.cause || "" }),
+    el("button", { type: "button", "data-action": "replay", onclick: () => act("replay", [m.id]) }, "Replay"),
+    el("button", { type: "button", "data-action": "dry-run", onclick: () => dryRun([m.id]) }, "Dry-run"),
+    el("button", { type: "button", "data-action": "discard", class: "danger", onclick: () => act("discard", [m.id]) }, "Discard"));
+  const details = el("details", {}, el("summary", { text: "headers, properties and body (" + m.size + " bytes)" }),
+    table(m.headers), table(m.properties), el("pre", { class: "body", text: bodyText(m) }));
+  const node = el("div", { class: "message", "data-id": m.id }, line, details);
+  const result = state.results.get(m.id);
+  if (result) node.append(renderResult(result));
+  return node;
+}
+
+function table(object) {
+  const rows = Object.entries(object || {}).map(([k, v]) =>
+    el("tr", {}, el("td", { text: k }), el("td", { text: typeof v === "string" ? v : JSON.stringify(v) })));
+  return el("table", {}, el("tbody", {}, ...rows));
+}
+
+function bodyText(m) {
+  let text;
+  if (m.body_hex) text = "hex: " + m.body_hex;
+  else {
+    try { text = JSON.stringify(JSON.parse(m.body_preview), null, 2); } catch (_) { text = m.body_preview; }
+  }
+  return m.body_truncated ? text + "\n… (" + m.size + " bytes in all)" : text;
+}
+
+function renderResult(r) {
+  const good = r.answer === "ok";
+  const what = "dry-run: " + r.answer + (r.error ? " (" + r.error + ")" : "") + (r.reason ? " · " + r.reason : "");
+  return el("div", { class: "result " + (good ? "ok" : "bad") },
+    el("strong", { text: what }),
+    el("pre", { text: JSON.stringify(r.effects, null, 2) }));
+}
+
+async function act(action, ids) {
+  if (ids && !ids.length) { notice("Select messages first."); return; }
+  const what = ids ? ids.length + " message" + (ids.length === 1 ? "" : "s") : "every message";
+  if (action === "discard" && !confirm("Discard " + what + " for good?")) return;
+  const body = JSON.stringify(ids ? { ids } : { all: true });
+  const data = await api("POST", "/api/failed/" + encodeURIComponent(state.queue) + "/" + action, body);
+  if (!data) return;
+  notice((action === "replay" ? "Replayed " : "Discarded ") + data.done + " message" + (data.done === 1 ? "" : "s") +
+    (data.missing.length ? "; not found: " + data.missing.join(", ") : ""), "info");
+  for (const id of ids || []) state.selected.delete(id);
+  await refresh();
+}
+
+async function dryRun(ids) {
+  if (!ids.length) { notice("Select messages first."); return; }
+  const selection = JSON.stringify({ ids });
+  const path = "/api/failed/" + encodeURIComponent(state.queue) + "/dry-run";
+  status("dry-run of " + ids.length + " …");
+  const data = state.upload
+    ? await api("POST", path + "?select=" + encodeURIComponent(selection), await state.upload.arrayBuffer(), "application/wasm")
+    : await api("POST", path, selection);
+  status("");
+  if (!data) return;
+  for (const r of data.results) state.results.set(r.id, r);
+  notice("Dry-run of " + data.results.length + " message" + (data.results.length === 1 ? "" : "s") +
+    (state.upload ? " with " + state.upload.name : "") + ": nothing was sent or written.", "info");
+  render();
+}
+
+refresh();

@@ -1,0 +1,40 @@
+//! The console page at `/failed`: plain HTML, CSS and a little JavaScript, built into the
+//! binary, working over the API under `/api/` with no front-end build and no internet.
+
+use axum::Router;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+const INDEX: &str = include_str!("console/index.html");
+const SCRIPT: &str = include_str!("console/console.js");
+const STYLE: &str = include_str!("console/console.css");
+
+/// Only this origin's own files run on the page, whatever a message holds.
+const POLICY: &str = "default-src 'self'; frame-ancestors 'none'";
+
+/// The page's routes.
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/failed", get(|| file("text/html; charset=utf-8", INDEX)))
+        .route(
+            "/failed/console.js",
+            get(|| file("text/javascript; charset=utf-8", SCRIPT)),
+        )
+        .route(
+            "/failed/console.css",
+            get(|| file("text/css; charset=utf-8", STYLE)),
+        )
+}
+
+async fn file(kind: &'static str, text: &'static str) -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, kind),
+            (header::CONTENT_SECURITY_POLICY, POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        text,
+    )
+}

@@ -1,0 +1,195 @@
+//! The console page in a real headless browser (Debian's Chromium, driven through chromedriver
+//! over WebDriver): a group of parked messages, a dry-run and its result, the 401 notice and the
+//! token prompt, a replay that leaves the page and is handled in its queue, a discard, and a
+//! `<script>` body shown as text. Writes a screenshot of the page (its path is printed).
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::common;
+use crate::console::Parking;
+use crate::service::support::free_addr;
+
+const TOKEN: &str = "browser-test-token-19ab";
+const XSS: &str = "<script>alert(1)</script>";
+
+/// chromedriver on a free port, killed when dropped.
+struct Driver {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Driver {
+    async fn start() -> Driver {
+        let addr = free_addr();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={}", addr.port()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run chromedriver ({e}): install it with scripts/packages.sh browser")
+            });
+        let driver = Driver { child, addr };
+        common::eventually(
+            Duration::from_secs(20),
+            "chromedriver listening",
+            || async { tokio::net::TcpStream::connect(addr).await.ok().map(|_| ()) },
+        )
+        .await;
+        driver
+    }
+
+    async fn browser(&self) -> Client {
+        let mut caps = serde_json::Map::new();
+        let args = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1280,1000",
+        ];
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({"binary": "/usr/bin/chromium", "args": args}),
+        );
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&format!("http://{}", self.addr))
+            .await
+            .expect("a Chromium session (scripts/packages.sh browser installs it)")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits (15 s at most) until `script` returns true in the page.
+async fn until(page: &Client, what: &str, script: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let done = page.execute(script, vec![]).await.expect("run a script");
+        if done == Value::Bool(true) {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let text = page.execute("return document.body.innerText", vec![]).await;
+            panic!("{what} never happened; the page says: {text:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn click(page: &Client, css: &str) {
+    page.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no {css}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("cannot click {css}: {e}"));
+}
+
+fn button(id: &str, action: &str) -> String {
+    format!(".message[data-id=\"{id}\"] button[data-action=\"{action}\"]")
+}
+
+#[tokio::test]
+async fn the_console_page_shows_dry_runs_replays_and_discards_in_a_browser() {
+    let driver = Driver::start().await;
+    let mut fixture = Parking::start("browser", TOKEN).await;
+    fixture.park(&["b-1", "b-2"]).await;
+    fixture.park_raw("xss-1", XSS.as_bytes()).await;
+    fixture.wait_parked(3).await;
+    let (admin, queue, failed) = (fixture.admin, fixture.queue.clone(), fixture.failed.clone());
+
+    let page = driver.browser().await;
+    page.goto(&format!("http://{admin}/failed#{queue}"))
+        .await
+        .expect("open /failed");
+    until(
+        &page,
+        "the group of three",
+        "return document.querySelector('.group .head strong')?.textContent === 'fail · 3 messages'",
+    )
+    .await;
+    // The body is text on the page: no element, no alert.
+    let body = page
+        .execute(
+            "return document.querySelector('.message[data-id=\"xss-1\"] pre.body').textContent",
+            vec![],
+        )
+        .await
+        .expect("read the body");
+    assert_eq!(body, json!(XSS));
+    let scripts = page
+        .execute(
+            "return document.querySelectorAll('main script').length",
+            vec![],
+        )
+        .await;
+    assert_eq!(scripts.expect("count scripts"), json!(0));
+
+    // Without the token: the 401 notice and the prompt.
+    click(&page, &button("b-2", "dry-run")).await;
+    until(
+        &page,
+        "the 401 notice",
+        "return document.getElementById('notice').textContent.includes('needs the console token')",
+    )
+    .await;
+    until(
+        &page,
+        "the token prompt",
+        "return document.getElementById('token-dialog').open",
+    )
+    .await;
+    page.find(Locator::Id("token-input"))
+        .await
+        .expect("token input")
+        .send_keys(TOKEN)
+        .await
+        .expect("type");
+    click(&page, "#token-save").await;
+
+    click(&page, &button("b-2", "dry-run")).await;
+    until(&page, "the dry-run result", "return document.querySelector('.message[data-id=\"b-2\"] .result strong')?.textContent.startsWith('dry-run: fail')").await;
+    let shot = page.screenshot().await.expect("screenshot");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console.png");
+    std::fs::write(&path, shot).expect("write the screenshot");
+    println!("console screenshot: {}", path.display());
+
+    // Replayed with the flag table there: it leaves the page and is handled in its queue.
+    fixture.allow().await;
+    click(&page, &button("b-1", "replay")).await;
+    until(
+        &page,
+        "b-1 gone",
+        "return !document.querySelector('.message[data-id=\"b-1\"]')",
+    )
+    .await;
+    assert_eq!(fixture.probe.report("b-1").await["id"], json!("b-1"));
+
+    click(&page, &button("xss-1", "discard")).await;
+    page.accept_alert().await.expect("confirm the discard");
+    until(
+        &page,
+        "xss-1 gone",
+        "return !document.querySelector('.message[data-id=\"xss-1\"]')",
+    )
+    .await;
+    assert_eq!(
+        common::depth(&fixture.probe.ch, &failed).await,
+        1,
+        "b-2 is still parked"
+    );
+    page.close().await.expect("close the browser");
+    fixture.stop().await;
+}
