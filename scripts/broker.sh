@@ -10,7 +10,13 @@ broker_answers() {
 
 ensure_broker() {
   if broker_answers; then
+    reset_broker
     return 0
+  fi
+  # A run killed between the tests' `stop_app` and `start_app` leaves the node up, its port shut.
+  if command -v rabbitmqctl >/dev/null 2>&1 && timeout -s KILL 30 rabbitmqctl -q ping >/dev/null 2>&1; then
+    echo "== starting RabbitMQ's application (node up, app stopped: rabbitmqctl start_app)" >&2
+    timeout -s KILL 120 rabbitmqctl start_app >/dev/null 2>&1 || true
   fi
   command -v rabbitmq-server >/dev/null 2>&1 || ensure_packages broker
   if ! broker_answers; then
@@ -28,6 +34,21 @@ ensure_broker() {
   done
   # The port opens before the broker finishes booting.
   rabbitmqctl await_startup >/dev/null 2>&1 || true
+  reset_broker
+}
+
+# Undoes what a killed test run can leave on the shared broker: the consumer timeout lowered to
+# a second (broker_global_consumer_timeout_*) and a memory alarm raised by hand
+# (broker_global_blocked_*). Each test restores them when it ends, but not when it is killed. (A
+# real memory alarm cleared here fails the tests either way: the machine is out of memory.)
+reset_broker() {
+  local timeout
+  timeout=$(timeout -s KILL 30 rabbitmqctl -q eval 'application:get_env(rabbit, consumer_timeout).' 2>/dev/null || true)
+  if [[ "$timeout" =~ ^\{ok,([0-9]+)\}$ ]] && [ "${BASH_REMATCH[1]}" -lt 60000 ]; then
+    echo "== RabbitMQ's consumer_timeout is ${BASH_REMATCH[1]} ms, left by a killed test run: back to 30 min" >&2
+    timeout -s KILL 30 rabbitmqctl -q eval 'application:set_env(rabbit, consumer_timeout, 1800000).' >/dev/null 2>&1 || true
+  fi
+  timeout -s KILL 30 rabbitmqctl -q eval 'rabbit_alarm:clear_alarm({resource_limit, memory, node()}).' >/dev/null 2>&1 || true
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -11,6 +11,14 @@ source scripts/broker.sh
 source scripts/services.sh
 source scripts/rust.sh
 
+# One run at a time: the tests restart and reconfigure the shared broker, PostgreSQL and the
+# cluster, so a second run beside this one (a CI run started while another goes on) fails both.
+exec 9>"${TMPDIR:-/tmp}/worker-host-tests.lock"
+if ! flock -n 9; then
+  echo "== another scripts/test.sh runs on this machine: waiting for it to end"
+  flock 9
+fi
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Runs a step, keeping its output for the final count.

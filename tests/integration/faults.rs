@@ -345,7 +345,7 @@ async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded()
         "exit 0 after shutdown_timeout: {status:?}"
     );
     assert!(
-        took < Duration::from_secs(5),
+        took < Duration::from_secs(8),
         "shutdown took {took:?} (timeout 2 s)"
     );
     println!(

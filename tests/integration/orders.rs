@@ -24,9 +24,9 @@ use crate::service::support::{BrokerDown, free_addr, http_get};
 const ORDERS: usize = 1000;
 /// The payment window: every order must be created and its payment handled within it, kills
 /// included (on 2 busy cores creating 1,000 orders on PostgreSQL has taken a minute).
-const ORDER_TTL: Duration = Duration::from_secs(90);
+const ORDER_TTL: Duration = Duration::from_secs(150);
 /// The stock's own check, after the order's.
-const STOCK_TTL: Duration = Duration::from_secs(100);
+const STOCK_TTL: Duration = Duration::from_secs(160);
 const SKU: &str = "t-sku";
 const STOCK: i64 = 1_000_000;
 const SUBSCRIPTIONS: [(&str, &str, &str); 6] = [
