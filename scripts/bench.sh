@@ -19,8 +19,12 @@ ensure_broker
 for wasm in user_monitor demo_rust demo_python demo_js; do
     [ -f "plugins/$wasm.wasm" ] || { scripts/build-plugins.sh; break; }
 done
+# The handlers the targets name (parse the JSON body, answer ok), for (p), (j) and the plugin bench.
+scripts/build-js.sh host/benches/handlers/json-js
+PLUGINS_DIR=host/benches/handlers PLUGINS_TARGET_DIR=plugins/target scripts/build-python.sh
 ensure_python_venv plugins/target host/benches/peers/requirements.txt bench-peers-venv
-export WORKER_BENCH_PYTHON="$PY"
+# Absolute: the bench runs from host/. (Not realpath: that would leave the venv.)
+export WORKER_BENCH_PYTHON="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
 cargo build --release --locked -p worker-host
 cargo bench --locked -p worker-host --bench throughput -- "$@"
 cargo bench --locked -p worker-host --bench plugin

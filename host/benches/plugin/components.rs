@@ -1,6 +1,8 @@
-//! The component cases of issue #14: the demo plugin in Rust, Python and JavaScript, loaded as the
-//! service loads them (compiled in a `worker-host` child process, cached by content hash), and
-//! their criterion benchmarks, a fresh instance and a reused one per message.
+//! The component cases: the demo plugin in Rust, Python and JavaScript, and the handlers the
+//! performance targets name (host/benches/handlers: parse the JSON body, answer ok) in Python and
+//! JavaScript, loaded as the service loads them (compiled in a `worker-host` child process,
+//! cached by content hash), and their criterion benchmarks, a fresh instance and a reused one per
+//! message.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,38 +14,45 @@ use worker_host::plugin::{Answer, Instances, Plugin, Runtime};
 /// Messages one warm instance serves before it is replaced: SPEC §8's default.
 pub const REUSE_MAX_MESSAGES: u32 = 1000;
 
-/// One language's demo plugin and how to build it.
+/// One component case: its plugin file (relative to the repository) and how to build it.
 pub struct Lang {
     pub name: &'static str,
     file: &'static str,
     build: &'static str,
 }
 
-const LANGS: [Lang; 3] = [
+const LANGS: [Lang; 5] = [
     Lang {
         name: "rust",
-        file: "demo_rust.wasm",
+        file: "plugins/demo_rust.wasm",
         build: "scripts/build-plugins.sh",
     },
     Lang {
         name: "python",
-        file: "demo_python.wasm",
+        file: "plugins/demo_python.wasm",
         build: "scripts/build-python.sh",
     },
     Lang {
         name: "js",
-        file: "demo_js.wasm",
+        file: "plugins/demo_js.wasm",
         build: "scripts/build-js.sh",
+    },
+    Lang {
+        name: "python-json",
+        file: "host/benches/handlers/json_python.wasm",
+        build: "scripts/bench.sh",
+    },
+    Lang {
+        name: "js-json",
+        file: "host/benches/handlers/json_js.wasm",
+        build: "scripts/bench.sh",
     },
 ];
 
 impl Lang {
     pub fn path(&self) -> PathBuf {
         let host = Path::new(env!("CARGO_MANIFEST_DIR"));
-        host.parent()
-            .unwrap_or(host)
-            .join("plugins")
-            .join(self.file)
+        host.parent().unwrap_or(host).join(self.file)
     }
 }
 
@@ -60,7 +69,9 @@ pub fn selected() -> Vec<&'static Lang> {
             .filter(|name| !name.is_empty())
             .map(|name| {
                 LANGS.iter().find(|l| l.name == name).unwrap_or_else(|| {
-                    panic!("WORKER_BENCH_COMPONENTS: unknown language {name:?} (rust, python, js)")
+                    panic!(
+                        "WORKER_BENCH_COMPONENTS: unknown case {name:?} (rust, python, js, python-json, js-json)"
+                    )
                 })
             })
             .collect(),

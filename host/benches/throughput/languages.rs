@@ -1,7 +1,8 @@
-//! Handlers in other languages, end to end, on the 1 KiB JSON body of (d): the demo components
-//! (Rust fresh; Python and JS fresh and with `instance = "reuse"`), the Python peers Celery
-//! (`-P solo`, acks_late) and Dramatiq (`-p 2 -t 8`) running a no-op task on the same body, and
-//! the peak RSS of one host with 8 mixed subscriptions (2 Python, 1 JS, concurrency 4 each).
+//! Handlers in other languages, end to end, on the 1 KiB JSON body of (d): the Rust demo
+//! component (fresh); the handlers the targets name in Python and JS (host/benches/handlers: parse
+//! the body, answer ok; fresh and with `instance = "reuse"`); the Python peers Celery (`-P solo`,
+//! acks_late) and Dramatiq (`-p 2 -t 8`) running a no-op task on the same body; and the peak RSS
+//! of one host with 8 mixed subscriptions of the demos (2 Python, 1 JS, concurrency 4 each).
 //!
 //! Every component scenario shares one `[state] dir`, so a Python or JS plugin is compiled once
 //! per bench run (the first host start waits for it) and loaded from the cache after that.
@@ -43,10 +44,10 @@ impl Results {
 }
 
 const RUST: &str = "(r)  worker-host, Rust component, fresh";
-const PY_REUSE: &str = "(p)  worker-host, Python component, reuse";
-const PY_FRESH: &str = "(p)  worker-host, Python component, fresh";
-const JS_REUSE: &str = "(j)  worker-host, JS component, reuse";
-const JS_FRESH: &str = "(j)  worker-host, JS component, fresh";
+const PY_REUSE: &str = "(p)  worker-host, Python json.loads, reuse";
+const PY_FRESH: &str = "(p)  worker-host, Python json.loads, fresh";
+const JS_REUSE: &str = "(j)  worker-host, JS JSON.parse, reuse";
+const JS_FRESH: &str = "(j)  worker-host, JS JSON.parse, fresh";
 const CELERY: &str = "(q)  Celery -P solo, acks_late, no-op task";
 const DRAMATIQ: &str = "(q)  Dramatiq -p 2 -t 8, no-op actor";
 
@@ -60,11 +61,12 @@ pub(super) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn plugin(&self, name: &str) -> PathBuf {
-        let path = self.root.join("plugins").join(name);
+    /// A plugin file under the repository root (`plugins/...`, `host/benches/handlers/...`).
+    fn plugin(&self, file: &str) -> PathBuf {
+        let path = self.root.join(file);
         assert!(
             path.is_file(),
-            "{} is missing: scripts/build-plugins.sh builds it",
+            "{} is missing: scripts/bench.sh builds it",
             path.display()
         );
         path
@@ -100,11 +102,24 @@ impl Ctx<'_> {
 /// One run of the scenarios `on` selects among `r`, `p`, `j`, `q` and `m`.
 pub(super) async fn run(ctx: &Ctx<'_>, on: impl Fn(char) -> bool, out: &mut Results) {
     if on('r') {
-        out.push(RUST, ctx.component("demo_rust.wasm", false, 'r').await);
+        out.push(
+            RUST,
+            ctx.component("plugins/demo_rust.wasm", false, 'r').await,
+        );
     }
     for (letter, file, reuse, fresh) in [
-        ('p', "demo_python.wasm", PY_REUSE, PY_FRESH),
-        ('j', "demo_js.wasm", JS_REUSE, JS_FRESH),
+        (
+            'p',
+            "host/benches/handlers/json_python.wasm",
+            PY_REUSE,
+            PY_FRESH,
+        ),
+        (
+            'j',
+            "host/benches/handlers/json_js.wasm",
+            JS_REUSE,
+            JS_FRESH,
+        ),
     ] {
         if on(letter) {
             out.push(reuse, ctx.component(file, true, letter).await);
@@ -185,12 +200,12 @@ fn peer(name: &str, n: u64, json: &[u8]) -> f64 {
 /// n/8 JSON messages before it starts; its peak RSS (bytes) and msgs/s in all.
 async fn mix(ctx: &Ctx<'_>, reuse: bool) -> (u64, f64) {
     let files = [
-        "demo_python.wasm",
-        "demo_python.wasm",
-        "demo_js.wasm",
-        "demo_rust.wasm",
-        "demo_rust.wasm",
-        "user_monitor.wasm",
+        "plugins/demo_python.wasm",
+        "plugins/demo_python.wasm",
+        "plugins/demo_js.wasm",
+        "plugins/demo_rust.wasm",
+        "plugins/demo_rust.wasm",
+        "plugins/user_monitor.wasm",
     ];
     let paths: Vec<PathBuf> = files.iter().map(|f| ctx.plugin(f)).collect();
     let mut plugins: Vec<Plugin<'_>> = paths.iter().map(|p| Plugin::File(p)).collect();

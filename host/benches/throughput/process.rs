@@ -165,20 +165,27 @@ pub(super) async fn wait_ready(addr: &str) {
 }
 
 /// `perf record` attached to the measured host when `WORKER_BENCH_PERF` names an output prefix
-/// (`<prefix>-<scenario>.data`); extra options in `WORKER_BENCH_PERF_ARGS`
-/// (default `-F 999 -g`). Stopped with SIGINT so it writes a complete file.
+/// (`<prefix>-<scenario>.data`, then `<prefix>-<scenario>.2.data` for the scenario's second host
+/// in a run, as (p) and (j) start one with reused instances, then one with fresh); extra options
+/// in `WORKER_BENCH_PERF_ARGS` (default `-F 999 -g`). Stopped with SIGINT so it writes a
+/// complete file.
 fn start_perf(pid: u32, scenario: char) -> Option<Child> {
+    static HOSTS: std::sync::Mutex<Vec<char>> = std::sync::Mutex::new(Vec::new());
     let prefix = std::env::var("WORKER_BENCH_PERF").ok()?;
+    let nth = {
+        let mut seen = HOSTS.lock().unwrap_or_else(|e| e.into_inner());
+        seen.push(scenario);
+        seen.iter().filter(|s| **s == scenario).count()
+    };
+    let file = match nth {
+        1 => format!("{prefix}-{scenario}.data"),
+        n => format!("{prefix}-{scenario}.{n}.data"),
+    };
     let extra = std::env::var("WORKER_BENCH_PERF_ARGS").unwrap_or_else(|_| "-F 999 -g".into());
     let child = Command::new("perf")
         .arg("record")
         .args(extra.split_whitespace())
-        .args([
-            "-p",
-            &pid.to_string(),
-            "-o",
-            &format!("{prefix}-{scenario}.data"),
-        ])
+        .args(["-p", &pid.to_string(), "-o", &file])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
