@@ -118,32 +118,31 @@ impl Case {
         limit: Duration,
         hosts: &mut [&mut Host],
     ) -> (i64, i64) {
-        let deadline = Instant::now() + limit;
-        loop {
-            let seen = self.effects().await;
-            if seen.1 >= distinct {
-                return seen;
-            }
-            hosts.iter_mut().for_each(|h| h.process.assert_running());
-            assert!(
-                Instant::now() < deadline,
-                "{} of {distinct} ids written after {limit:?}",
-                seen.1
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let seen = self.effects_within(distinct, limit, hosts).await;
+        assert!(
+            seen.1 >= distinct,
+            "{} of {distinct} ids written after {limit:?}",
+            seen.1
+        );
+        seen
     }
 
     /// (rows, distinct ids) once `distinct` ids are written or `limit` has passed, whichever is
-    /// first.
-    async fn effects_within(&self, distinct: i64, limit: Duration) -> (i64, i64) {
+    /// first; fails at once if a host has died.
+    async fn effects_within(
+        &self,
+        distinct: i64,
+        limit: Duration,
+        hosts: &mut [&mut Host],
+    ) -> (i64, i64) {
         let deadline = Instant::now() + limit;
         loop {
             let seen = self.effects().await;
             if seen.1 >= distinct || Instant::now() >= deadline {
                 return seen;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            hosts.iter_mut().for_each(|h| h.process.assert_running());
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -320,7 +319,7 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
     // every message have come back once.
     let hop = Instant::now();
     if case
-        .effects_within(WAITING as i64, Duration::from_secs(45))
+        .effects_within(WAITING as i64, Duration::from_secs(45), &mut [&mut host])
         .await
         .1
         < WAITING as i64
