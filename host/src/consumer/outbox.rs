@@ -62,7 +62,9 @@ impl Subscriber {
             self.metrics.without_id();
             return Check::Handle;
         };
-        match db.handled(&self.sub.queue, id).await {
+        // Boxed, as the database calls below: their futures are large, and would otherwise make
+        // every delivery's task as large, outbox or not (see `Subscriber::dispatch`).
+        match Box::pin(db.handled(&self.sub.queue, id)).await {
             Ok(None) => Check::Handle,
             Ok(Some(unsent)) => {
                 self.metrics.duplicate();
@@ -93,7 +95,7 @@ impl Subscriber {
     pub(super) async fn outbox_sent(&self, input_id: &str, sent: &[Outbound]) {
         let Some(db) = self.outbox() else { return };
         let ns: Vec<u32> = sent.iter().filter_map(|o| number(input_id, o)).collect();
-        if let Err(why) = db.mark_sent(&self.sub.queue, input_id, &ns).await {
+        if let Err(why) = Box::pin(db.mark_sent(&self.sub.queue, input_id, &ns)).await {
             warn!(queue = %self.sub.queue, message_id = input_id, "outbox: marking {} messages sent failed: {why}", ns.len());
         }
     }
