@@ -19,9 +19,9 @@ ensure_broker
 for wasm in user_monitor demo_rust demo_python demo_js; do
     [ -f "plugins/$wasm.wasm" ] || { scripts/build-plugins.sh; break; }
 done
-# The handlers the targets name (parse the JSON body, answer ok), for (p), (j) and the plugin bench.
-scripts/build-js.sh host/benches/handlers/json-js
-PLUGINS_DIR=host/benches/handlers PLUGINS_TARGET_DIR=plugins/target scripts/build-python.sh
+# The handlers the targets name (parse the JSON body, answer ok) in Rust, Python and JavaScript,
+# for (r), (p), (j) and the plugin bench.
+PLUGINS_DIR="$PWD/host/benches/handlers" PLUGINS_TARGET_DIR="$PWD/plugins/target" scripts/build-plugins.sh
 ensure_python_venv plugins/target host/benches/peers/requirements.txt bench-peers-venv
 # Absolute: the bench runs from host/. (Not realpath: that would leave the venv.)
 export WORKER_BENCH_PYTHON="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"

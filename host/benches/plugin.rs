@@ -12,66 +12,16 @@ mod latency;
 mod report;
 #[path = "plugin/rss.rs"]
 mod rss;
-
-use std::sync::Arc;
-use std::time::Duration;
+#[path = "plugin/setup.rs"]
+mod setup;
 
 use criterion::Criterion;
-use worker_host::plugin::{
-    Answer, CompilePriority, Input, Instances, Limits, Meta, PublishPolicy, Runtime, RuntimeConfig,
-};
+use setup::{input, json_1k, limits, runtime_config};
+use worker_host::plugin::{Answer, Instances, Runtime};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = format!("{}/tests/fixtures/{name}.wat", env!("CARGO_MANIFEST_DIR"));
     wat::parse_file(path).expect("fixture parses")
-}
-
-pub(crate) fn input(body: Vec<u8>) -> Arc<Input> {
-    Arc::new(Input {
-        body: body.into(),
-        meta: Meta {
-            routing_key: "bench".into(),
-            queue: "bench".into(),
-            attempt: 1,
-            ..Meta::default()
-        },
-        config_json: Arc::from("{}"),
-        publish: Arc::new(PublishPolicy::default()),
-        granted: Arc::default(),
-    })
-}
-
-/// The 1 KiB JSON object of throughput scenario (d).
-/// It has none of the demo plugins' command keys, so the demos parse it and answer ok.
-pub(crate) fn json_1k() -> Vec<u8> {
-    let mut s = String::from("{\"id\": 12345, \"name\": \"ada lovelace\", \"tags\": [");
-    let mut i = 0;
-    while s.len() < 1000 {
-        s.push_str(&format!("\"tag-{i}\","));
-        i += 1;
-    }
-    s.push_str("\"end\"]}");
-    s.into_bytes()
-}
-
-/// The pool of the service with few subscriptions (`service::runtime_for`: at least 32 slots),
-/// components compiled in a `worker-host` child process into `cache_dir`, as the service does.
-pub(crate) fn runtime_config(cache_dir: &std::path::Path) -> RuntimeConfig {
-    RuntimeConfig {
-        max_instances: 32,
-        max_memory: 64 << 20,
-        cache_dir: Some(cache_dir.to_path_buf()),
-        compiler_exe: Some(env!("CARGO_BIN_EXE_worker-host").into()),
-        compile_priority: CompilePriority::Background,
-    }
-}
-
-pub(crate) fn limits(instance: Instances) -> Limits {
-    Limits {
-        timeout: Duration::from_secs(10),
-        memory_limit: 64 << 20,
-        instance,
-    }
 }
 
 /// One tokio worker: a call's cost without help from a second core.

@@ -12,13 +12,16 @@
 //! (k) the time one capability call adds per message: kv get+set (embedded, Redis), one SQL
 //!     insert (SQLite, PostgreSQL), the same insert with `outbox = true`, against the same
 //!     component doing nothing (`caps.rs`);
-//! (r), (p), (j) the demo components (Rust, Python, JavaScript) on the 1 KiB JSON body, and (q)
-//!     the Python peers Celery and Dramatiq on the same body; (m) the peak RSS of a host with 8
-//!     mixed subscriptions (`languages.rs`).
+//! (u) one handler call in-process (µs; fresh and reused instances), as in the plugin bench
+//!     (`calls.rs`);
+//! (r), (p), (j) components in Rust, Python and JavaScript parsing the 1 KiB JSON body (the
+//!     handlers in host/benches/handlers), and (q) the Python peers Celery and Dramatiq on the
+//!     same body; (m) the peak RSS of a host with 8 mixed subscriptions (`languages.rs`).
 //! Prints msgs/s, the ratio of each to (a), the host's peak RSS, and its RSS with 8 idle
-//! subscriptions.
+//! subscriptions; then one table of the performance targets with this run's figures
+//! (`targets.rs`).
 //!
-//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbcdiktgrpjqm]`
+//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbcdiktgurpjqm]`
 //! (`WORKER_BENCH_PERF`: see `start_perf`)
 //! (cargo builds the worker-host binary it runs; scripts/bench.sh builds the plugins first).
 //! Every message carries a unique message id (the outbox keys on it). Run with a quiet machine;
@@ -38,12 +41,20 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
+#[path = "throughput/calls.rs"]
+mod calls;
 #[path = "throughput/caps.rs"]
 mod caps;
 #[path = "throughput/languages.rs"]
 mod languages;
+#[path = "plugin/latency.rs"]
+mod latency;
 #[path = "throughput/process.rs"]
 mod process;
+#[path = "plugin/setup.rs"]
+mod setup;
+#[path = "throughput/targets.rs"]
+mod targets;
 #[path = "throughput/traced.rs"]
 mod traced;
 use process::*;
@@ -66,9 +77,9 @@ const RETRY_ONCE_WAT: &str = r#"(module
 struct Args {
     messages: u64,
     runs: usize,
-    /// Scenarios to run: letters of `aAbcdiktgrpjqm` (`A`: a' and the batched-ack bare consumer;
+    /// Scenarios to run: letters of `aAbcdiktgurpjqm` (`A`: a' and the batched-ack bare consumer;
     /// `i`: idle RSS; `k`: capability costs; `t`: tracing to a collector; `g`: tracing, collector
-    /// gone; `r`, `p`, `j`: Rust, Python, JS components; `q`: Celery and Dramatiq; `m`: mixed
+    /// gone; `u`: one call in-process; `r`, `p`, `j`: Rust, Python, JS components; `q`: Celery and Dramatiq; `m`: mixed
     /// host RSS).
     only: String,
 }
@@ -77,7 +88,7 @@ fn args() -> Args {
     let mut a = Args {
         messages: 20_000,
         runs: 3,
-        only: "aAbcdiktgrpjqm".into(),
+        only: "aAbcdiktgurpjqm".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -124,7 +135,7 @@ async fn bench(args: Args) {
     );
 
     let body = vec![b'x'; 256];
-    let json = json_body();
+    let json = setup::json_1k();
     let on = |c: char| args.only.contains(c);
     let (mut a_mt, mut a_ct, mut a_rep, mut a_multi) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -216,6 +227,12 @@ async fn bench(args: Args) {
         med(&g),
     );
     languages::print(&lang, a);
+    let calls = if on('u') {
+        calls::measure(&root, &state.join("calls-cache"), OK_WAT)
+    } else {
+        Vec::new()
+    };
+    calls::print(&calls);
     let _ = std::fs::remove_dir_all(&state);
     let traced = !t.is_empty() || !g.is_empty();
     if !b.is_empty() && traced {
@@ -235,28 +252,31 @@ async fn bench(args: Args) {
             peak_rss as f64 / 1048576.0
         );
     }
+    let mut idle_mib = f64::NAN;
     if on('i') {
-        let idle = idle_rss(&host_bin, 8).await;
-        println!(
-            "worker-host RSS with 8 idle subscriptions: {:.1} MiB",
-            idle as f64 / 1048576.0
-        );
+        idle_mib = idle_rss(&host_bin, 8).await as f64 / 1048576.0;
+        println!("worker-host RSS with 8 idle subscriptions: {idle_mib:.1} MiB");
     }
     if on('k') {
         let probe = root.join("plugins/cap_probe.wasm");
         caps::bench(&host_bin, &probe, n.min(5_000), args.runs).await;
     }
-}
-
-fn json_body() -> Vec<u8> {
-    let mut s = String::from("{\"id\": 12345, \"name\": \"ada lovelace\", \"tags\": [");
-    let mut i = 0;
-    while s.len() < 1000 {
-        s.push_str(&format!("\"tag-{i}\","));
-        i += 1;
-    }
-    s.push_str("\"end\"]}");
-    s.into_bytes()
+    let us = |label| calls::median_of(&calls, label);
+    targets::print(&targets::Measured {
+        a,
+        a_plus: med(&a_multi),
+        b: med(&b),
+        rust: lang.median(languages::RUST),
+        py_reuse: lang.median(languages::PY_REUSE),
+        js_reuse: lang.median(languages::JS_REUSE),
+        celery: lang.median(languages::CELERY),
+        dramatiq: lang.median(languages::DRAMATIQ),
+        rust_us: us("Rust serde_json, fresh"),
+        py_us: us("Python json.loads, fresh"),
+        js_us: us("JS JSON.parse, fresh"),
+        mix_peak_mib: lang.mix_peak_mib("fresh"),
+        idle_mib,
+    });
 }
 
 fn unique(prefix: &str) -> String {

@@ -1,6 +1,6 @@
 //! The component cases: the demo plugin in Rust, Python and JavaScript, and the handlers the
-//! performance targets name (host/benches/handlers: parse the JSON body, answer ok) in Python and
-//! JavaScript, loaded as the service loads them (compiled in a `worker-host` child process,
+//! performance targets name (host/benches/handlers: parse the JSON body, answer ok) in Rust, Python
+//! and JavaScript, loaded as the service loads them (compiled in a `worker-host` child process,
 //! cached by content hash), and their criterion benchmarks, a fresh instance and a reused one per
 //! message.
 
@@ -21,7 +21,7 @@ pub struct Lang {
     build: &'static str,
 }
 
-const LANGS: [Lang; 5] = [
+const LANGS: [Lang; 6] = [
     Lang {
         name: "rust",
         file: "plugins/demo_rust.wasm",
@@ -36,6 +36,11 @@ const LANGS: [Lang; 5] = [
         name: "js",
         file: "plugins/demo_js.wasm",
         build: "scripts/build-js.sh",
+    },
+    Lang {
+        name: "rust-json",
+        file: "host/benches/handlers/json_rust.wasm",
+        build: "scripts/bench.sh",
     },
     Lang {
         name: "python-json",
@@ -70,7 +75,7 @@ pub fn selected() -> Vec<&'static Lang> {
             .map(|name| {
                 LANGS.iter().find(|l| l.name == name).unwrap_or_else(|| {
                     panic!(
-                        "WORKER_BENCH_COMPONENTS: unknown case {name:?} (rust, python, js, python-json, js-json)"
+                        "WORKER_BENCH_COMPONENTS: unknown case {name:?} (rust, python, js, rust-json, python-json, js-json)"
                     )
                 })
             })
@@ -167,11 +172,11 @@ pub fn modes() -> [(&'static str, Instances); 2] {
 /// Criterion: each component handles the 1 KiB JSON object, in a fresh instance and in a reused
 /// one. The ABI v1 reference is `handle/sdk_user_monitor_1k_json`.
 pub fn bench(c: &mut Criterion, rt: &tokio::runtime::Runtime, loaded: &[Loaded]) {
-    let json = crate::input(crate::json_1k());
+    let json = crate::setup::input(crate::setup::json_1k());
     let mut group = c.benchmark_group("component_1k_json");
     for case in loaded {
         for (mode, instance) in modes() {
-            let limits = crate::limits(instance);
+            let limits = crate::setup::limits(instance);
             group.bench_function(format!("{}_{mode}", case.label), |b| {
                 b.to_async(rt).iter(|| async {
                     let inv = case.plugin.handle(json.clone(), &limits).await;

@@ -26,7 +26,7 @@ pub fn measure<'a>(
 ) -> Vec<Row<'a>> {
     let calls = latency::calls();
     let rounds = if latency::short_run() { 3 } else { 25 };
-    let json = crate::input(crate::json_1k());
+    let json = crate::setup::input(crate::setup::json_1k());
     let mut cases = vec![(v1, "fresh", Instances::Fresh)];
     for c in components {
         for (mode, instance) in modes() {
@@ -39,7 +39,7 @@ pub fn measure<'a>(
     cases
         .into_iter()
         .map(|(loaded, mode, instance)| {
-            let limits = crate::limits(instance);
+            let limits = crate::setup::limits(instance);
             let latency = latency::measure(rt, &loaded.plugin, &json, &limits, calls);
             let rss = rss::measure(cache, &loaded.path, mode, rounds);
             eprintln!("  {} {mode}: {latency:?} {rss:?}", loaded.label);
@@ -88,8 +88,9 @@ pub fn print(rows: &[Row]) {
     for row in rows {
         let l = row.loaded;
         let warm = match row.rss.instances {
-            Some(n) => format!("{} ({n} warm)", mib(row.rss.warm_kib)),
-            None => mib(row.rss.warm_kib),
+            // 0: the plugin does not echo (only the demos count their instances).
+            Some(n) if n > 0 => format!("{} ({n} warm)", mib(row.rss.warm_kib)),
+            _ => mib(row.rss.warm_kib),
         };
         println!(
             "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} |",

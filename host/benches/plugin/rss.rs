@@ -88,14 +88,14 @@ pub fn child() {
         .build()
         .expect("tokio");
 
-    let runtime = Runtime::new(&crate::runtime_config(cache.as_ref())).expect("runtime");
+    let runtime = Runtime::new(&crate::setup::runtime_config(cache.as_ref())).expect("runtime");
     let runtime_kib = status_kib("VmRSS:");
     let plugin = runtime
         .load_file(plugin_path.as_ref())
         .unwrap_or_else(|e| panic!("{plugin_path}: {e}"));
     let loaded_kib = status_kib("VmRSS:");
 
-    let limits = crate::limits(if reuse {
+    let limits = crate::setup::limits(if reuse {
         Instances::Reuse {
             max_messages: crate::components::REUSE_MAX_MESSAGES,
         }
@@ -148,9 +148,10 @@ pub fn child() {
 /// The 1 KiB object plus the demos' `echo` command, whose published `count` is 1 on an
 /// instance's first call: that counts the instances. The v1 module ignores the key.
 fn echo_input(call: usize) -> Arc<Input> {
-    let mut body: serde_json::Value = serde_json::from_slice(&crate::json_1k()).expect("json");
+    let mut body: serde_json::Value =
+        serde_json::from_slice(&crate::setup::json_1k()).expect("json");
     body["echo"] = serde_json::json!({"exchange": "bench", "routing_key": "rss"});
-    let input = crate::input(serde_json::to_vec(&body).expect("json"));
+    let input = crate::setup::input(serde_json::to_vec(&body).expect("json"));
     let mut input = Arc::unwrap_or_clone(input);
     input.meta.queue = format!("bench-{call}");
     input.publish = Arc::new(PublishPolicy {

@@ -1,6 +1,6 @@
-//! Handlers in other languages, end to end, on the 1 KiB JSON body of (d): the Rust demo
-//! component (fresh); the handlers the targets name in Python and JS (host/benches/handlers: parse
-//! the body, answer ok; fresh and with `instance = "reuse"`); the Python peers Celery (`-P solo`,
+//! Handlers in other languages, end to end, on the 1 KiB JSON body of (d): the handlers the
+//! targets name (host/benches/handlers: parse the body, answer ok) in Rust (an SDK component,
+//! fresh), Python and JS (fresh and with `instance = "reuse"`); the Python peers Celery (`-P solo`,
 //! acks_late) and Dramatiq (`-p 2 -t 8`) running a no-op task on the same body; and the peak RSS
 //! of one host with 8 mixed subscriptions of the demos (2 Python, 1 JS, concurrency 4 each).
 //!
@@ -18,6 +18,15 @@ pub(super) struct Results {
 }
 
 impl Results {
+    /// The highest peak RSS of the mixed host in MiB (`fresh` or `reuse`), NaN if it did not run.
+    pub(super) fn mix_peak_mib(&self, name: &str) -> f64 {
+        self.mix
+            .iter()
+            .find(|(n, ..)| *n == name)
+            .and_then(|(_, rss, _)| rss.iter().copied().max())
+            .map_or(f64::NAN, |b| b as f64 / 1048576.0)
+    }
+
     fn push(&mut self, name: &'static str, rate: f64) {
         match self.rows.iter_mut().find(|(n, _)| *n == name) {
             Some((_, v)) => v.push(rate),
@@ -35,7 +44,8 @@ impl Results {
         }
     }
 
-    fn median(&self, name: &str) -> f64 {
+    /// The median msgs/s of a row, NaN if it did not run.
+    pub(super) fn median(&self, name: &str) -> f64 {
         self.rows
             .iter()
             .find(|(n, _)| *n == name)
@@ -43,13 +53,13 @@ impl Results {
     }
 }
 
-const RUST: &str = "(r)  worker-host, Rust component, fresh";
-const PY_REUSE: &str = "(p)  worker-host, Python json.loads, reuse";
-const PY_FRESH: &str = "(p)  worker-host, Python json.loads, fresh";
-const JS_REUSE: &str = "(j)  worker-host, JS JSON.parse, reuse";
-const JS_FRESH: &str = "(j)  worker-host, JS JSON.parse, fresh";
-const CELERY: &str = "(q)  Celery -P solo, acks_late, no-op task";
-const DRAMATIQ: &str = "(q)  Dramatiq -p 2 -t 8, no-op actor";
+pub(super) const RUST: &str = "(r)  worker-host, Rust serde_json, fresh";
+pub(super) const PY_REUSE: &str = "(p)  worker-host, Python json.loads, reuse";
+pub(super) const PY_FRESH: &str = "(p)  worker-host, Python json.loads, fresh";
+pub(super) const JS_REUSE: &str = "(j)  worker-host, JS JSON.parse, reuse";
+pub(super) const JS_FRESH: &str = "(j)  worker-host, JS JSON.parse, fresh";
+pub(super) const CELERY: &str = "(q)  Celery -P solo, acks_late, no-op task";
+pub(super) const DRAMATIQ: &str = "(q)  Dramatiq -p 2 -t 8, no-op actor";
 
 /// What the scenarios of one run need.
 pub(super) struct Ctx<'a> {
@@ -104,7 +114,8 @@ pub(super) async fn run(ctx: &Ctx<'_>, on: impl Fn(char) -> bool, out: &mut Resu
     if on('r') {
         out.push(
             RUST,
-            ctx.component("plugins/demo_rust.wasm", false, 'r').await,
+            ctx.component("host/benches/handlers/json_rust.wasm", false, 'r')
+                .await,
         );
     }
     for (letter, file, reuse, fresh) in [
