@@ -183,7 +183,7 @@ impl Subscriber {
         let (mut inbox, reader) = read(deliveries, death.clone());
         let run = Run {
             link,
-            channel,
+            channel: Arc::new(channel),
             acks,
             death,
             tasks: TaskTracker::new(),
@@ -304,7 +304,9 @@ impl Subscriber {
 /// What one run of a consumer shares between its dispatch loop, its calls and its drain.
 struct Run {
     link: Link,
-    channel: lapin::Channel,
+    /// Shared by every call of the run: cloning a `lapin::Channel` per delivery cloned a dozen
+    /// `Arc`s.
+    channel: Arc<lapin::Channel>,
     acks: Acks,
     death: Arc<ChannelDeath>,
     tasks: TaskTracker,
