@@ -181,6 +181,13 @@ impl Host {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The last `n` lines of the log, for a failure's message (the log dies with the test).
+    fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
     /// Reads this process's duplicates counter (kept when the process is gone).
     async fn observe(&mut self) {
         if let Some((_, text)) = http_get(self.admin, "/metrics").await {
@@ -386,7 +393,11 @@ where
             panic!("worker-host exited ({status}) waiting for {what}");
         }
         if Instant::now() >= deadline {
-            panic!("no {what} after {wait:?}; {}", summary(db).await);
+            panic!(
+                "no {what} after {wait:?}; {}\nthe host's log (RUST_LOG=warn), last 40 lines:\n{}",
+                summary(db).await,
+                host.log_tail(40)
+            );
         }
         host.observe().await;
         tokio::time::sleep(Duration::from_millis(100)).await;
