@@ -79,8 +79,8 @@ struct Args {
     runs: usize,
     /// Scenarios to run: letters of `aAbcdiktgurpjqm` (`A`: a' and the batched-ack bare consumer;
     /// `i`: idle RSS; `k`: capability costs; `t`: tracing to a collector; `g`: tracing, collector
-    /// gone; `u`: one call in-process; `r`, `p`, `j`: Rust, Python, JS components; `q`: Celery and Dramatiq; `m`: mixed
-    /// host RSS).
+    /// gone; `u`: one call in-process; `r`, `p`, `j`: Rust, Python, JS components; `q`: Celery
+    /// and Dramatiq; `m`: mixed host RSS).
     only: String,
 }
 
