@@ -39,17 +39,17 @@ const LANGS: [Lang; 6] = [
     },
     Lang {
         name: "rust-json",
-        file: "host/benches/handlers/json_rust.wasm",
+        file: crate::setup::JSON_RUST,
         build: "scripts/bench.sh",
     },
     Lang {
         name: "python-json",
-        file: "host/benches/handlers/json_python.wasm",
+        file: crate::setup::JSON_PYTHON,
         build: "scripts/bench.sh",
     },
     Lang {
         name: "js-json",
-        file: "host/benches/handlers/json_js.wasm",
+        file: crate::setup::JSON_JS,
         build: "scripts/bench.sh",
     },
 ];

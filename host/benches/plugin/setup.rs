@@ -9,6 +9,12 @@ use worker_host::plugin::{
     CompilePriority, Input, Instances, Limits, Meta, PublishPolicy, RuntimeConfig,
 };
 
+/// The handlers the performance targets name (host/benches/handlers: parse the 1 KiB JSON body,
+/// answer ok), relative to the repository root; scripts/bench.sh builds them.
+pub const JSON_RUST: &str = "host/benches/handlers/json_rust.wasm";
+pub const JSON_PYTHON: &str = "host/benches/handlers/json_python.wasm";
+pub const JSON_JS: &str = "host/benches/handlers/json_js.wasm";
+
 /// A call's input: this body, routing key and queue `bench`, first attempt.
 pub fn input(body: Vec<u8>) -> Arc<Input> {
     Arc::new(Input {

@@ -20,15 +20,9 @@ pub(super) struct Call {
 /// The cases, in print order: (label, plugin file under the repository root; None for the WAT).
 const CASES: [(&str, Option<&str>); 4] = [
     ("ok WAT", None),
-    (
-        "Rust serde_json",
-        Some("host/benches/handlers/json_rust.wasm"),
-    ),
-    (
-        "Python json.loads",
-        Some("host/benches/handlers/json_python.wasm"),
-    ),
-    ("JS JSON.parse", Some("host/benches/handlers/json_js.wasm")),
+    ("Rust serde_json", Some(setup::JSON_RUST)),
+    ("Python json.loads", Some(setup::JSON_PYTHON)),
+    ("JS JSON.parse", Some(setup::JSON_JS)),
 ];
 
 /// Measures every case, fresh and reused, on a thread of its own (the bench's runtime is busy).

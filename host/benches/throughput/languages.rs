@@ -114,23 +114,12 @@ pub(super) async fn run(ctx: &Ctx<'_>, on: impl Fn(char) -> bool, out: &mut Resu
     if on('r') {
         out.push(
             RUST,
-            ctx.component("host/benches/handlers/json_rust.wasm", false, 'r')
-                .await,
+            ctx.component(super::setup::JSON_RUST, false, 'r').await,
         );
     }
     for (letter, file, reuse, fresh) in [
-        (
-            'p',
-            "host/benches/handlers/json_python.wasm",
-            PY_REUSE,
-            PY_FRESH,
-        ),
-        (
-            'j',
-            "host/benches/handlers/json_js.wasm",
-            JS_REUSE,
-            JS_FRESH,
-        ),
+        ('p', super::setup::JSON_PYTHON, PY_REUSE, PY_FRESH),
+        ('j', super::setup::JSON_JS, JS_REUSE, JS_FRESH),
     ] {
         if on(letter) {
             out.push(reuse, ctx.component(file, true, letter).await);
