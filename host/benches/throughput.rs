@@ -3,6 +3,7 @@
 //!     current-thread runtime: the faster counts), manual acks, doing nothing;
 //! (a') the same, republishing each message with a confirm before the ack;
 //! (b) worker-host (the release binary, a separate process) with a plugin that answers ok;
+//!     (B) the same with `instance = "reuse"`;
 //! (c) worker-host with every message retried once, then ok;
 //! (d) worker-host with an SDK plugin (user_monitor.wasm) parsing a 1 KiB JSON body;
 //! (a+), for reference only (not the denominator): a bare consumer acking with `multiple=true`,
@@ -21,7 +22,7 @@
 //! subscriptions; then one table of the performance targets with this run's figures
 //! (`targets.rs`).
 //!
-//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbcdiktgurpjqm]`
+//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbBcdiktgurpjqm]`
 //! (`WORKER_BENCH_PERF`: see `start_perf`)
 //! (cargo builds the worker-host binary it runs; scripts/bench.sh builds the plugins first).
 //! Every message carries a unique message id (the outbox keys on it). Run with a quiet machine;
@@ -41,10 +42,14 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
+#[path = "throughput/bare.rs"]
+mod bare;
 #[path = "throughput/calls.rs"]
 mod calls;
 #[path = "throughput/caps.rs"]
 mod caps;
+#[path = "throughput/cpu.rs"]
+mod cpu;
 #[path = "throughput/languages.rs"]
 mod languages;
 #[path = "plugin/latency.rs"]
@@ -57,6 +62,8 @@ mod setup;
 mod targets;
 #[path = "throughput/traced.rs"]
 mod traced;
+use bare::{Bare, bare};
+use cpu::{CpuMark, CpuUse};
 use process::*;
 
 const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -77,7 +84,8 @@ const RETRY_ONCE_WAT: &str = r#"(module
 struct Args {
     messages: u64,
     runs: usize,
-    /// Scenarios to run: letters of `aAbcdiktgurpjqm` (`A`: a' and the batched-ack bare consumer;
+    /// Scenarios to run: letters of `aAbBcdiktgurpjqm` (`A`: a' and the batched-ack bare consumer;
+    /// `B`: (b) with reused instances;
     /// `i`: idle RSS; `k`: capability costs; `t`: tracing to a collector; `g`: tracing, collector
     /// gone; `u`: one call in-process; `r`, `p`, `j`: Rust, Python, JS components; `q`: Celery
     /// and Dramatiq; `m`: mixed host RSS).
@@ -88,7 +96,7 @@ fn args() -> Args {
     let mut a = Args {
         messages: 20_000,
         runs: 3,
-        only: "aAbcdiktgurpjqm".into(),
+        only: "aAbBcdiktgurpjqm".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -139,7 +147,9 @@ async fn bench(args: Args) {
     let on = |c: char| args.only.contains(c);
     let (mut a_mt, mut a_ct, mut a_rep, mut a_multi) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut b, mut b_reuse, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // CPU per message, in the order of the msgs/s rows.
+    let mut cpu: [Vec<CpuUse>; 8] = Default::default();
     let (mut t, mut g) = (Vec::new(), Vec::new());
     let (collector, exported) = traced::collector().await;
     let gone = traced::gone();
@@ -154,24 +164,38 @@ async fn bench(args: Args) {
     let mut lang = languages::Results::default();
     let mut peak_rss = 0u64;
     for run in 0..args.runs {
-        if on('a') {
-            a_mt.push(bare(n, &body, Bare::TaskPerDelivery).await);
-            a_ct.push(bare(n, &body, Bare::CurrentThread).await);
-        }
-        if on('A') {
-            a_rep.push(bare(n, &body, Bare::Republish).await);
-            a_multi.push(bare(n, &body, Bare::BatchedAcks).await);
-        }
-        for (letter, out, plugin, payload) in [
-            ('b', &mut b, Plugin::Wat(OK_WAT), &body),
-            ('c', &mut c, Plugin::Wat(RETRY_ONCE_WAT), &body),
-            ('d', &mut d, Plugin::File(&user_monitor), &json),
+        for (letter, out, kind, i) in [
+            ('a', &mut a_mt, Bare::TaskPerDelivery, 0),
+            ('a', &mut a_ct, Bare::CurrentThread, 1),
+            ('A', &mut a_rep, Bare::Republish, 2),
+            ('A', &mut a_multi, Bare::BatchedAcks, 3),
         ] {
             if on(letter) {
-                let (rate, rss) = host(&host_bin, plugin, n, payload, letter).await;
+                let (rate, used) = bare(n, &body, kind).await;
                 out.push(rate);
-                peak_rss = peak_rss.max(rss);
+                cpu[i].push(used);
             }
+        }
+        for (letter, out, plugin, payload, i) in [
+            ('b', &mut b, Plugin::Wat(OK_WAT), &body, 4),
+            ('c', &mut c, Plugin::Wat(RETRY_ONCE_WAT), &body, 5),
+            ('d', &mut d, Plugin::File(&user_monitor), &json, 6),
+        ] {
+            if on(letter) {
+                let run = host(&host_bin, plugin, n, payload, letter).await;
+                out.push(run.rate);
+                cpu[i].push(run.cpu);
+                peak_rss = peak_rss.max(run.rss);
+            }
+        }
+        if on('B') {
+            let extra = Extra {
+                subscription: "instance = \"reuse\"\n".into(),
+                ..Extra::default()
+            };
+            let run = host_with(&host_bin, Plugin::Wat(OK_WAT), n, &body, 'B', &extra).await;
+            b_reuse.push(run.rate);
+            cpu[7].push(run.cpu);
         }
         for (letter, out, addr) in [('t', &mut t, &collector), ('g', &mut g, &gone)] {
             if on(letter) {
@@ -180,7 +204,7 @@ async fn bench(args: Args) {
                 out.push(
                     host_with(&host_bin, plugin, n, &body, letter, &extra)
                         .await
-                        .0,
+                        .rate,
                 );
             }
         }
@@ -216,6 +240,10 @@ async fn bench(args: Args) {
         med(&a_multi),
     );
     row("(b)  worker-host, ok plugin (WAT)", med(&b));
+    row(
+        "(B)  worker-host, ok plugin (WAT), reused instance",
+        med(&b_reuse),
+    );
     row("(c)  worker-host, retried once then ok", med(&c));
     row("(d)  worker-host, SDK plugin parsing 1 KiB JSON", med(&d));
     row(
@@ -227,6 +255,19 @@ async fn bench(args: Args) {
         med(&g),
     );
     languages::print(&lang, a);
+    cpu::print(&[
+        ("(a)  bare lapin, task per delivery, multi-thread", &cpu[0]),
+        ("(a)  bare lapin, current-thread runtime", &cpu[1]),
+        ("(a') bare lapin, republish + confirm, then ack", &cpu[2]),
+        ("(a+) bare lapin, batched acks", &cpu[3]),
+        ("(b)  worker-host, ok plugin (WAT)", &cpu[4]),
+        (
+            "(B)  worker-host, ok plugin (WAT), reused instance",
+            &cpu[7],
+        ),
+        ("(c)  worker-host, retried once then ok", &cpu[5]),
+        ("(d)  worker-host, SDK plugin parsing 1 KiB JSON", &cpu[6]),
+    ]);
     let calls = if on('u') {
         calls::measure(&root, &state.join("calls-cache"), OK_WAT)
     } else {
@@ -266,6 +307,10 @@ async fn bench(args: Args) {
         a,
         a_plus: med(&a_multi),
         b: med(&b),
+        a_plus_cpu_us: cpu::consumer_median(&cpu[3]),
+        b_cpu_us: cpu::consumer_median(&cpu[4]),
+        b_reuse: med(&b_reuse),
+        b_reuse_cpu_us: cpu::consumer_median(&cpu[7]),
         rust: lang.median(languages::RUST),
         py_reuse: lang.median(languages::PY_REUSE),
         js_reuse: lang.median(languages::JS_REUSE),
@@ -340,150 +385,4 @@ async fn declare(ch: &Channel, queue: &str) {
     )
     .await
     .expect("declare");
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Bare {
-    /// (a): a task per delivery on the multi-thread runtime, each acking its own delivery.
-    TaskPerDelivery,
-    /// (a): the same loop on a current-thread runtime.
-    CurrentThread,
-    /// (a'): a task per delivery that republishes with a confirm, then acks.
-    Republish,
-    /// For reference only: no tasks, one `multiple=true` ack whenever the stream has nothing
-    /// ready (or every half prefetch).
-    BatchedAcks,
-}
-
-/// (a), (a') and (a+): a bare consumer of a pre-filled queue; msgs/s from first delivery to last ack.
-async fn bare(n: u64, body: &[u8], kind: Bare) -> f64 {
-    use futures_util::FutureExt as _;
-    let republish = kind == Bare::Republish;
-    let queue = unique("bench-bare");
-    let conn = connect().await;
-    let ch = conn.create_channel().await.expect("channel");
-    declare(&ch, &queue).await;
-    let sink = format!("{queue}.sink");
-    if republish {
-        declare(&ch, &sink).await;
-    }
-    fill(&ch, &queue, n, body).await;
-    let q = queue.clone();
-    let s = sink.clone();
-    let consume = async move {
-        let conn = connect().await;
-        let ch = conn.create_channel().await.expect("channel");
-        ch.basic_qos(PREFETCH, BasicQosOptions::default())
-            .await
-            .expect("qos");
-        let publisher = conn.create_channel().await.expect("channel");
-        publisher
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .expect("confirms");
-        let mut consumer = ch
-            .basic_consume(
-                q.as_str().into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .expect("consume");
-        let done = Arc::new(AtomicU64::new(0));
-        let all = Arc::new(tokio::sync::Notify::new());
-        let mut started = None;
-        let mut taken = 0;
-        if kind == Bare::BatchedAcks {
-            let (mut last, mut unacked) = (0u64, 0u16);
-            while taken < n {
-                let next = match consumer.next().now_or_never() {
-                    Some(next) => next,
-                    None => {
-                        if unacked > 0 {
-                            ch.basic_ack(last, BasicAckOptions { multiple: true })
-                                .await
-                                .expect("ack");
-                            unacked = 0;
-                        }
-                        consumer.next().await
-                    }
-                };
-                let Some(Ok(delivery)) = next else { break };
-                started.get_or_insert_with(Instant::now);
-                taken += 1;
-                last = delivery.delivery_tag;
-                unacked += 1;
-                if unacked >= PREFETCH / 2 {
-                    ch.basic_ack(last, BasicAckOptions { multiple: true })
-                        .await
-                        .expect("ack");
-                    unacked = 0;
-                }
-            }
-            if unacked > 0 {
-                ch.basic_ack(last, BasicAckOptions { multiple: true })
-                    .await
-                    .expect("ack");
-            }
-            done.store(n, Ordering::Release);
-            all.notify_one();
-        }
-        while taken < n {
-            let Some(Ok(delivery)) = consumer.next().await else {
-                break;
-            };
-            started.get_or_insert_with(Instant::now);
-            taken += 1;
-            let (done, all, publisher, s) =
-                (done.clone(), all.clone(), publisher.clone(), s.clone());
-            tokio::spawn(async move {
-                if republish {
-                    publisher
-                        .basic_publish(
-                            "".into(),
-                            s.as_str().into(),
-                            BasicPublishOptions::default(),
-                            &delivery.data,
-                            delivery.properties.clone(),
-                        )
-                        .await
-                        .expect("publish")
-                        .await
-                        .expect("confirm");
-                }
-                delivery.ack(BasicAckOptions::default()).await.expect("ack");
-                if done.fetch_add(1, Ordering::AcqRel) + 1 == n {
-                    all.notify_one();
-                }
-            });
-        }
-        all.notified().await;
-        let secs = started
-            .map(|s| s.elapsed().as_secs_f64())
-            .unwrap_or(f64::NAN);
-        let _ = conn.close(200, "bye".into()).await;
-        n as f64 / secs
-    };
-    let rate = if kind == Bare::CurrentThread {
-        std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime")
-                .block_on(consume)
-        })
-        .join()
-        .expect("bench thread")
-    } else {
-        tokio::spawn(consume).await.expect("bench task")
-    };
-    let _ = ch
-        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
-        .await;
-    let _ = ch
-        .queue_delete(sink.as_str().into(), QueueDeleteOptions::default())
-        .await;
-    let _ = conn.close(200, "bye".into()).await;
-    rate
 }

@@ -187,7 +187,7 @@ async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> f64 {
     }
     fill(&ch, &queue, n, case.body.as_bytes()).await;
     let host = start_host_with(bin, &plugin, std::slice::from_ref(&queue), &prefix, &extra);
-    let rate = consume_rate(&host.admin, n).await;
+    let (rate, _) = consume_rate(&host.admin, host.child.id(), n).await;
     if case.grant.contains("outbox") {
         // Every measured message was recorded: none went without an id, none was a duplicate.
         for name in ["worker_outbox_without_id_total", "worker_duplicates_total"] {

@@ -105,7 +105,7 @@ impl Ctx<'_> {
             &extra,
         )
         .await
-        .0
+        .rate
     }
 }
 
@@ -233,7 +233,7 @@ async fn mix(ctx: &Ctx<'_>, reuse: bool) -> (u64, f64) {
         fill(&ch, &sub.queue, each, ctx.json).await;
     }
     let host = start_subs(ctx.bin, &subs, &prefix, &extra.sections);
-    let rate = consume_rate(&host.admin, each * 8).await;
+    let (rate, _) = consume_rate(&host.admin, host.child.id(), each * 8).await;
     let rss = rss_kib(host.child.id(), "VmHWM:") * 1024;
     drop(host);
     for sub in &subs {

@@ -203,15 +203,23 @@ fn stop_perf(perf: Option<Child>) {
     }
 }
 
-/// (b)–(d): the host consumes a pre-filled queue; msgs/s (ok answers) from the first ok seen to
-/// the last, and the host's peak RSS (bytes).
+/// What one run of a host on a pre-filled queue measured.
+pub(super) struct HostRun {
+    /// Ok answers per second, from the first ok seen to the last.
+    pub(super) rate: f64,
+    /// The host's peak RSS (bytes).
+    pub(super) rss: u64,
+    pub(super) cpu: CpuUse,
+}
+
+/// (b)–(d): the host consumes a pre-filled queue.
 pub(super) async fn host(
     bin: &Path,
     plugin: Plugin<'_>,
     n: u64,
     body: &[u8],
     scenario: char,
-) -> (f64, u64) {
+) -> HostRun {
     host_with(bin, plugin, n, body, scenario, &Extra::default()).await
 }
 
@@ -223,7 +231,7 @@ pub(super) async fn host_with(
     body: &[u8],
     scenario: char,
     extra: &Extra,
-) -> (f64, u64) {
+) -> HostRun {
     let prefix = unique("bench-host");
     let queue = format!("{prefix}.q");
     let conn = connect().await;
@@ -237,32 +245,35 @@ pub(super) async fn host_with(
     fill(&ch, &queue, n, body).await;
     let host = start_host_with(bin, &plugin, std::slice::from_ref(&queue), &prefix, extra);
     let perf = start_perf(host.child.id(), scenario);
-    let rate = consume_rate(&host.admin, n).await;
+    let (rate, cpu) = consume_rate(&host.admin, host.child.id(), n).await;
     let rss = rss_kib(host.child.id(), "VmHWM:") * 1024;
     stop_perf(perf);
     drop(host);
     remove_topology(&ch, &queue, &prefix).await;
     let _ = conn.close(200, "bye".into()).await;
-    (rate, rss)
+    HostRun { rate, rss, cpu }
 }
 
-/// Waits until the host has answered ok `n` times; msgs/s from the first ok seen to the last.
-pub(super) async fn consume_rate(admin: &str, n: u64) -> f64 {
+/// Waits until the host (process `pid`) has answered ok `n` times; msgs/s from the first ok
+/// seen to the last, and the CPU per message of the host and the broker in that window.
+pub(super) async fn consume_rate(admin: &str, pid: u32, n: u64) -> (f64, CpuUse) {
     let deadline = Instant::now() + Duration::from_secs(600);
-    let mut first: Option<(Instant, u64)> = None;
+    let mut first: Option<(Instant, u64, CpuMark)> = None;
     loop {
         let done = handled_ok(admin).await.unwrap_or(0);
         if done > 0 && first.is_none() {
-            first = Some((Instant::now(), done));
+            first = Some((Instant::now(), done, CpuMark::now(pid)));
         }
         if done >= n {
-            let (t0, c0) = first.expect("set above");
+            let (t0, c0, mark) = first.expect("set above");
             let secs = t0.elapsed().as_secs_f64();
-            return if secs > 0.0 {
+            let cpu = mark.per_message(n - c0);
+            let rate = if secs > 0.0 {
                 (n - c0) as f64 / secs
             } else {
                 f64::NAN
             };
+            return (rate, cpu);
         }
         assert!(
             Instant::now() < deadline,

@@ -7,6 +7,13 @@ pub(super) struct Measured {
     pub(super) a: f64,
     pub(super) a_plus: f64,
     pub(super) b: f64,
+    /// The consumer's own CPU µs per message (median) in (a+) and (b): the steadier figure of
+    /// target 1, as the rates swing with the VM.
+    pub(super) a_plus_cpu_us: f64,
+    pub(super) b_cpu_us: f64,
+    /// (B): (b) with `instance = "reuse"`, and its CPU µs per message.
+    pub(super) b_reuse: f64,
+    pub(super) b_reuse_cpu_us: f64,
     pub(super) rust: f64,
     pub(super) py_reuse: f64,
     pub(super) js_reuse: f64,
@@ -36,6 +43,27 @@ pub(super) fn print(m: &Measured) {
             "1",
             "(b) ok WAT / (a+) batched-ack bare lapin",
             m.b / m.a_plus,
+            AtLeast(1.0),
+            "",
+        ),
+        (
+            "1'",
+            "consumer CPU per message: (a+) / (b)",
+            m.a_plus_cpu_us / m.b_cpu_us,
+            AtLeast(1.0),
+            "",
+        ),
+        (
+            "1",
+            "(B) ok WAT, reused / (a+)",
+            m.b_reuse / m.a_plus,
+            AtLeast(1.0),
+            "",
+        ),
+        (
+            "1'",
+            "consumer CPU per message: (a+) / (B)",
+            m.a_plus_cpu_us / m.b_reuse_cpu_us,
             AtLeast(1.0),
             "",
         ),
