@@ -22,6 +22,7 @@ pub mod outcome;
 pub mod plugin;
 mod poison;
 mod reload;
+pub mod runtime;
 mod scaffold;
 pub mod service;
 mod stdout;

@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     // Before the runtimes start: their threads and everything they open get the raised limit.
     let limit = descriptors::raise_open_file_limit();
     let compat = descriptors::start_compat_runtime();
-    let runtime = tokio::runtime::Runtime::new();
+    let runtime = worker_host::runtime::build();
     let tracing_config = match (&loaded, &runtime) {
         (Some(Ok((config, _))), Ok(rt)) => config.tracing.clone().map(|t| (t, rt.handle().clone())),
         _ => None,
@@ -40,7 +40,7 @@ fn main() -> ExitCode {
     let runtime = match runtime {
         Ok(rt) => rt,
         Err(err) => {
-            eprintln!("error: cannot start the async runtime: {err}");
+            report(&err, json);
             return ExitCode::from(1);
         }
     };

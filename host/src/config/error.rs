@@ -55,11 +55,11 @@ pub struct Problem {
 /// Why a config was refused. Display lists every problem, one per line, each with its snippet.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {}: {source}", path.display())]
+    /// The reason is in the message and not a `source`, so `{:#}` does not print it twice.
+    #[error("cannot read {}: {error}", path.display())]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{}", render_problems(path, problems))]
     Invalid {

@@ -309,9 +309,9 @@ pub struct DelayConfig {
 impl Config {
     /// Reads `path` and applies `WORKER_BROKER_URL` when it is set and not empty.
     pub fn load(path: &Path) -> Result<(Config, Vec<Warning>), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         let env_url = std::env::var(BROKER_URL_ENV).ok().filter(|u| !u.is_empty());
         validate::parse(&text, path, env_url.as_deref())

@@ -316,6 +316,9 @@ fn unreadable_file_names_the_path() {
     assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
     assert!(err.to_string().starts_with("cannot read "), "{err}");
     assert!(err.to_string().contains("no-such-file.toml"), "{err}");
+    // The chain, as main prints it, says the reason once.
+    let chain = format!("{:#}", anyhow::Error::new(err));
+    assert_eq!(chain.matches("(os error 2)").count(), 1, "{chain}");
 }
 
 #[test]

@@ -18,13 +18,10 @@ pub enum TopologyError {
     /// Objects that already exist with other arguments; every one found is listed.
     #[error("{}", .0.iter().map(|c| c.to_string()).collect::<Vec<_>>().join("\n"))]
     Inequivalent(Vec<Inequivalent>),
-    /// The broker refused an operation or went away.
-    #[error("{what}: {source}")]
-    Broker {
-        what: String,
-        #[source]
-        source: lapin::Error,
-    },
+    /// The broker refused an operation or went away. The reason is in the message and not a
+    /// `source`, so `{:#}` does not print it twice.
+    #[error("{what}: {error}")]
+    Broker { what: String, error: lapin::Error },
     /// A name longer than AMQP allows (config validation normally prevents this).
     #[error("{what}: name {name:?} is longer than 255 bytes")]
     NameTooLong { what: &'static str, name: String },
@@ -36,7 +33,7 @@ impl TopologyError {
     pub fn is_user_error(&self) -> bool {
         match self {
             TopologyError::Inequivalent(_) | TopologyError::NameTooLong { .. } => true,
-            TopologyError::Broker { source, .. } => source.is_amqp_soft_error(),
+            TopologyError::Broker { error, .. } => error.is_amqp_soft_error(),
         }
     }
 }
@@ -243,7 +240,7 @@ impl Declarer<'_> {
                     ),
                 ),
             };
-            result.map_err(|source| TopologyError::Broker { what, source })?;
+            result.map_err(|error| TopologyError::Broker { what, error })?;
         }
         Ok(())
     }
@@ -264,7 +261,7 @@ impl Declarer<'_> {
         let ErrorKind::ProtocolError(amqp) = err.kind() else {
             return Err(TopologyError::Broker {
                 what: format!("declaring {kind} \"{name}\""),
-                source: err,
+                error: err,
             });
         };
         if !matches!(
@@ -273,7 +270,7 @@ impl Declarer<'_> {
         ) {
             return Err(TopologyError::Broker {
                 what: format!("declaring {kind} \"{name}\""),
-                source: err,
+                error: err,
             });
         }
         let text = amqp.get_message().to_string();
@@ -281,7 +278,7 @@ impl Declarer<'_> {
         let Some((arg, received, current)) = parse_inequivalent(&text) else {
             return Err(TopologyError::Broker {
                 what: format!("declaring {kind} \"{name}\""),
-                source: err,
+                error: err,
             });
         };
         let conflict = Inequivalent {
@@ -303,9 +300,9 @@ impl Declarer<'_> {
 async fn open(conn: &Connection) -> Result<Channel, TopologyError> {
     conn.create_channel()
         .await
-        .map_err(|source| TopologyError::Broker {
+        .map_err(|error| TopologyError::Broker {
             what: "opening a channel to declare the topology".into(),
-            source,
+            error,
         })
 }
 
