@@ -68,10 +68,7 @@ impl CpuMark {
 
 /// Prints the median CPU per message of each scenario that recorded one.
 pub(super) fn print(rows: &[(&str, &[CpuUse])]) {
-    let med = |mut v: Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
-    };
+    use super::median as med;
     if rows.iter().all(|(_, v)| v.is_empty()) {
         return;
     }
@@ -92,7 +89,5 @@ pub(super) fn consumer_median(v: &[CpuUse]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
-    let mut c: Vec<f64> = v.iter().map(|u| u.consumer_us).collect();
-    c.sort_by(|a, b| a.total_cmp(b));
-    c[c.len() / 2]
+    super::median(v.iter().map(|u| u.consumer_us).collect())
 }
