@@ -4,7 +4,7 @@
 //! first, a bad value is a one-line error like any other bad setting.
 
 /// The variable that sets the number of worker threads (default: one per core).
-pub const WORKER_THREADS_VAR: &str = "TOKIO_WORKER_THREADS";
+const WORKER_THREADS_VAR: &str = "TOKIO_WORKER_THREADS";
 
 /// Builds the multi-thread runtime, with the worker count `TOKIO_WORKER_THREADS` asks for.
 pub fn build() -> anyhow::Result<tokio::runtime::Runtime> {
