@@ -13,6 +13,9 @@
 //! (k) the time one capability call adds per message: kv get+set (embedded, Redis), one SQL
 //!     insert (SQLite, PostgreSQL), the same insert with `outbox = true`, against the same
 //!     component doing nothing (`caps.rs`);
+//! (x) a prototype of the batch consumer proposed for target 1 (one thread parses frames, calls
+//!     the ok WAT plugin in place, one ack per read), and (x0) its loop without the call
+//!     (`batch.rs`);
 //! (u) one handler call in-process (µs; fresh and reused instances), as in the plugin bench
 //!     (`calls.rs`);
 //! (r), (p), (j) components in Rust, Python and JavaScript parsing the 1 KiB JSON body (the
@@ -22,7 +25,7 @@
 //! subscriptions; then one table of the performance targets with this run's figures
 //! (`targets.rs`).
 //!
-//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbBcdiktgurpjqm]`
+//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbBxcdiktgurpjqm]`
 //! (`WORKER_BENCH_PERF`: see `start_perf`)
 //! (cargo builds the worker-host binary it runs; scripts/bench.sh builds the plugins first).
 //! Every message carries a unique message id (the outbox keys on it). Run with a quiet machine;
@@ -44,6 +47,8 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
 #[path = "throughput/bare.rs"]
 mod bare;
+#[path = "throughput/batch.rs"]
+mod batch;
 #[path = "throughput/calls.rs"]
 mod calls;
 #[path = "throughput/caps.rs"]
@@ -84,8 +89,8 @@ const RETRY_ONCE_WAT: &str = r#"(module
 struct Args {
     messages: u64,
     runs: usize,
-    /// Scenarios to run: letters of `aAbBcdiktgurpjqm` (`A`: a' and the batched-ack bare consumer;
-    /// `B`: (b) with reused instances;
+    /// Scenarios to run: letters of `aAbBxcdiktgurpjqm` (`A`: a' and the batched-ack bare consumer;
+    /// `B`: (b) with reused instances; `x`: the batch consumer prototype, with and without calls;
     /// `i`: idle RSS; `k`: capability costs; `t`: tracing to a collector; `g`: tracing, collector
     /// gone; `u`: one call in-process; `r`, `p`, `j`: Rust, Python, JS components; `q`: Celery
     /// and Dramatiq; `m`: mixed host RSS).
@@ -96,7 +101,7 @@ fn args() -> Args {
     let mut a = Args {
         messages: 20_000,
         runs: 3,
-        only: "aAbBcdiktgurpjqm".into(),
+        only: "aAbBxcdiktgurpjqm".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -149,7 +154,8 @@ async fn bench(args: Args) {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut b, mut b_reuse, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // CPU per message, in the order of the msgs/s rows.
-    let mut cpu: [Vec<CpuUse>; 8] = Default::default();
+    let mut cpu: [Vec<CpuUse>; 10] = Default::default();
+    let (mut x, mut x0) = (Vec::new(), Vec::new());
     let (mut t, mut g) = (Vec::new(), Vec::new());
     let (collector, exported) = traced::collector().await;
     let gone = traced::gone();
@@ -163,6 +169,15 @@ async fn bench(args: Args) {
     };
     let mut lang = languages::Results::default();
     let mut peak_rss = 0u64;
+    let (_plugins, ok_plugin) = if on('x') {
+        let runtime = worker_host::plugin::Runtime::new(&setup::runtime_config(&state))
+            .expect("plugin runtime");
+        let wasm = wat::parse_str(OK_WAT).expect("ok WAT parses");
+        let plugin = runtime.load_bytes("ok.wasm", &wasm).expect("ok WAT loads");
+        (Some(runtime), Some(plugin))
+    } else {
+        (None, None)
+    };
     for run in 0..args.runs {
         for (letter, out, kind, i) in [
             ('a', &mut a_mt, Bare::TaskPerDelivery, 0),
@@ -196,6 +211,13 @@ async fn bench(args: Args) {
             let run = host_with(&host_bin, Plugin::Wat(OK_WAT), n, &body, 'B', &extra).await;
             b_reuse.push(run.rate);
             cpu[7].push(run.cpu);
+        }
+        if on('x') {
+            for (out, call, i) in [(&mut x0, None, 8), (&mut x, ok_plugin.clone(), 9)] {
+                let (rate, used) = batch::batch(n, &body, call).await;
+                out.push(rate);
+                cpu[i].push(used);
+            }
         }
         for (letter, out, addr) in [('t', &mut t, &collector), ('g', &mut g, &gone)] {
             if on(letter) {
@@ -244,6 +266,11 @@ async fn bench(args: Args) {
         "(B)  worker-host, ok plugin (WAT), reused instance",
         med(&b_reuse),
     );
+    row("(x0) prototype: batch consumer, no call", med(&x0));
+    row(
+        "(x)  prototype: batch consumer, ok WAT call in place",
+        med(&x),
+    );
     row("(c)  worker-host, retried once then ok", med(&c));
     row("(d)  worker-host, SDK plugin parsing 1 KiB JSON", med(&d));
     row(
@@ -264,6 +291,11 @@ async fn bench(args: Args) {
         (
             "(B)  worker-host, ok plugin (WAT), reused instance",
             &cpu[7],
+        ),
+        ("(x0) prototype: batch consumer, no call", &cpu[8]),
+        (
+            "(x)  prototype: batch consumer, ok WAT call in place",
+            &cpu[9],
         ),
         ("(c)  worker-host, retried once then ok", &cpu[5]),
         ("(d)  worker-host, SDK plugin parsing 1 KiB JSON", &cpu[6]),
@@ -311,6 +343,8 @@ async fn bench(args: Args) {
         b_cpu_us: cpu::consumer_median(&cpu[4]),
         b_reuse: med(&b_reuse),
         b_reuse_cpu_us: cpu::consumer_median(&cpu[7]),
+        x: med(&x),
+        x_cpu_us: cpu::consumer_median(&cpu[9]),
         rust: lang.median(languages::RUST),
         py_reuse: lang.median(languages::PY_REUSE),
         js_reuse: lang.median(languages::JS_REUSE),

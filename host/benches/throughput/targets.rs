@@ -14,6 +14,9 @@ pub(super) struct Measured {
     /// (B): (b) with `instance = "reuse"`, and its CPU µs per message.
     pub(super) b_reuse: f64,
     pub(super) b_reuse_cpu_us: f64,
+    /// (x): the batch consumer prototype with the ok WAT call, and its CPU µs per message.
+    pub(super) x: f64,
+    pub(super) x_cpu_us: f64,
     pub(super) rust: f64,
     pub(super) py_reuse: f64,
     pub(super) js_reuse: f64,
@@ -64,6 +67,20 @@ pub(super) fn print(m: &Measured) {
             "1'",
             "consumer CPU per message: (a+) / (B)",
             m.a_plus_cpu_us / m.b_reuse_cpu_us,
+            AtLeast(1.0),
+            "",
+        ),
+        (
+            "1",
+            "prototype (x) batch consumer + ok WAT / (a+)",
+            m.x / m.a_plus,
+            AtLeast(1.0),
+            "",
+        ),
+        (
+            "1'",
+            "consumer CPU per message: (a+) / (x)",
+            m.a_plus_cpu_us / m.x_cpu_us,
             AtLeast(1.0),
             "",
         ),
