@@ -20,12 +20,14 @@
 //!     (`calls.rs`);
 //! (r), (p), (j) components in Rust, Python and JavaScript parsing the 1 KiB JSON body (the
 //!     handlers in host/benches/handlers), and (q) the Python peers Celery and Dramatiq on the
-//!     same body; (m) the peak RSS of a host with 8 mixed subscriptions (`languages.rs`).
+//!     same body; (m) the peak RSS of a host with 8 mixed subscriptions (`languages.rs`);
+//! (s) the start-up of a host with 12 subscriptions, Python and JS included, warm cache
+//!     (`startup.rs`).
 //! Prints msgs/s, the ratio of each to (a), the host's peak RSS, and its RSS with 8 idle
 //! subscriptions; then one table of the performance targets with this run's figures
 //! (`targets.rs`).
 //!
-//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbBxcdiktgurpjqm]`
+//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbBxcdiktgurpjqms]`
 //! (`WORKER_BENCH_PERF`: see `start_perf`)
 //! (cargo builds the worker-host binary it runs; scripts/bench.sh builds the plugins first).
 //! Every message carries a unique message id (the outbox keys on it). Run with a quiet machine;
@@ -63,6 +65,8 @@ mod latency;
 mod process;
 #[path = "plugin/setup.rs"]
 mod setup;
+#[path = "throughput/startup.rs"]
+mod startup;
 #[path = "throughput/targets.rs"]
 mod targets;
 #[path = "throughput/traced.rs"]
@@ -89,11 +93,11 @@ const RETRY_ONCE_WAT: &str = r#"(module
 struct Args {
     messages: u64,
     runs: usize,
-    /// Scenarios to run: letters of `aAbBxcdiktgurpjqm` (`A`: a' and the batched-ack bare consumer;
+    /// Scenarios to run: letters of `aAbBxcdiktgurpjqms` (`A`: a' and the batched-ack bare consumer;
     /// `B`: (b) with reused instances; `x`: the batch consumer prototype, with and without calls;
     /// `i`: idle RSS; `k`: capability costs; `t`: tracing to a collector; `g`: tracing, collector
     /// gone; `u`: one call in-process; `r`, `p`, `j`: Rust, Python, JS components; `q`: Celery
-    /// and Dramatiq; `m`: mixed host RSS).
+    /// and Dramatiq; `m`: mixed host RSS; `s`: start-up with 12 subscriptions).
     only: String,
 }
 
@@ -101,7 +105,7 @@ fn args() -> Args {
     let mut a = Args {
         messages: 20_000,
         runs: 3,
-        only: "aAbBxcdiktgurpjqm".into(),
+        only: "aAbBxcdiktgurpjqms".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -169,6 +173,7 @@ async fn bench(args: Args) {
     };
     let mut lang = languages::Results::default();
     let mut peak_rss = 0u64;
+    let mut starts = Vec::new();
     let (_plugins, ok_plugin) = if on('x') {
         let runtime = worker_host::plugin::Runtime::new(&setup::runtime_config(&state))
             .expect("plugin runtime");
@@ -231,6 +236,9 @@ async fn bench(args: Args) {
             }
         }
         languages::run(&langs, on, &mut lang).await;
+        if on('s') {
+            starts.push(startup::seconds(&langs).await);
+        }
         eprintln!("run {} done", run + 1);
     }
     let med = |v: &Vec<f64>| {
@@ -330,9 +338,21 @@ async fn bench(args: Args) {
         idle_mib = idle_rss(&host_bin, 8).await as f64 / 1048576.0;
         println!("worker-host RSS with 8 idle subscriptions: {idle_mib:.1} MiB");
     }
+    if !starts.is_empty() {
+        println!(
+            "(s)  worker-host start-up, 12 subscriptions, warm cache: {:.2} s (median; {})",
+            med(&starts),
+            starts
+                .iter()
+                .map(|s| format!("{s:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let mut outbox_sqlite = f64::NAN;
     if on('k') {
         let probe = root.join("plugins/cap_probe.wasm");
-        caps::bench(&host_bin, &probe, n.min(5_000), args.runs).await;
+        outbox_sqlite = caps::bench(&host_bin, &probe, n.min(5_000), args.runs).await;
     }
     let us = |label| calls::median_of(&calls, label);
     targets::print(&targets::Measured {
@@ -354,6 +374,8 @@ async fn bench(args: Args) {
         py_us: us("Python json.loads, fresh"),
         js_us: us("JS JSON.parse, fresh"),
         mix_peak_mib: lang.mix_peak_mib("fresh"),
+        startup_s: med(&starts),
+        outbox_sqlite,
         idle_mib,
     });
 }

@@ -72,7 +72,7 @@ pub(super) struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// A plugin file under the repository root (`plugins/...`, `host/benches/handlers/...`).
-    fn plugin(&self, file: &str) -> PathBuf {
+    pub(super) fn plugin(&self, file: &str) -> PathBuf {
         let path = self.root.join(file);
         assert!(
             path.is_file(),
@@ -82,7 +82,7 @@ impl Ctx<'_> {
         path
     }
 
-    fn extra(&self, reuse: bool) -> Extra {
+    pub(super) fn extra(&self, reuse: bool) -> Extra {
         Extra {
             sections: format!("[state]\ndir = \"{}\"\n", self.state.display()),
             subscription: if reuse {

@@ -13,6 +13,8 @@ pub(super) struct Host {
     pub(super) child: Child,
     dir: PathBuf,
     pub(super) admin: String,
+    /// Just before the process was spawned (start-up is timed from here).
+    pub(super) spawned: Instant,
 }
 
 impl Drop for Host {
@@ -98,6 +100,7 @@ pub(super) fn start_subs(bin: &Path, subs: &[Sub<'_>], prefix: &str, sections: &
         std::fs::write(dir.join(format!("plugins/p{i}.wasm")), bytes).expect("plugin");
     }
     std::fs::write(dir.join("worker.toml"), toml).expect("toml");
+    let spawned = Instant::now();
     let child = Command::new(bin)
         .args(["run", "-c"])
         .arg(dir.join("worker.toml"))
@@ -110,6 +113,7 @@ pub(super) fn start_subs(bin: &Path, subs: &[Sub<'_>], prefix: &str, sections: &
         child,
         dir,
         admin: format!("127.0.0.1:{port}"),
+        spawned,
     }
 }
 

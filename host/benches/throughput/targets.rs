@@ -29,6 +29,11 @@ pub(super) struct Measured {
     /// MiB: the mixed host's peak, fresh instances ((m)), and 8 idle WAT subscriptions ((i)).
     pub(super) mix_peak_mib: f64,
     pub(super) idle_mib: f64,
+    /// Seconds from spawn to ready, 12 subscriptions, warm cache ((s)).
+    pub(super) startup_s: f64,
+    /// (k): msgs/s with an SQL insert and the outbox on SQLite over the same handler doing
+    /// nothing.
+    pub(super) outbox_sqlite: f64,
 }
 
 /// What a row's goal bounds.
@@ -134,6 +139,13 @@ pub(super) fn print(m: &Measured) {
             "",
         ),
         (
+            "5",
+            "(s) start-up, 12 subscriptions, warm cache",
+            m.startup_s,
+            AtMost(1.0),
+            " s",
+        ),
+        (
             "6",
             "(m) 8 mixed subscriptions, peak RSS",
             m.mix_peak_mib,
@@ -146,6 +158,13 @@ pub(super) fn print(m: &Measured) {
             m.idle_mib,
             AtMost(64.0),
             " MiB",
+        ),
+        (
+            "7",
+            "(k) SQL insert + outbox, SQLite / doing nothing",
+            m.outbox_sqlite,
+            AtLeast(0.5),
+            "",
         ),
     ];
     println!();
