@@ -366,6 +366,7 @@ async fn bench(args: Args) {
         x: med(&x),
         x_cpu_us: cpu::consumer_median(&cpu[9]),
         rust: lang.median(languages::RUST),
+        rust_reuse: lang.median(languages::RUST_REUSE),
         py_reuse: lang.median(languages::PY_REUSE),
         js_reuse: lang.median(languages::JS_REUSE),
         celery: lang.median(languages::CELERY),

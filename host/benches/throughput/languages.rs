@@ -1,6 +1,6 @@
 //! Handlers in other languages, end to end, on the 1 KiB JSON body of (d): the handlers the
-//! targets name (host/benches/handlers: parse the body, answer ok) in Rust (an SDK component,
-//! fresh), Python and JS (fresh and with `instance = "reuse"`); the Python peers Celery (`-P solo`,
+//! targets name (host/benches/handlers: parse the body, answer ok) in Rust (an SDK component),
+//! Python and JS, each fresh and with `instance = "reuse"`; the Python peers Celery (`-P solo`,
 //! acks_late) and Dramatiq (`-p 2 -t 8`) running a no-op task on the same body; and the peak RSS
 //! of one host with 8 mixed subscriptions of the demos (2 Python, 1 JS, concurrency 4 each).
 //!
@@ -54,6 +54,7 @@ impl Results {
 }
 
 pub(super) const RUST: &str = "(r)  worker-host, Rust serde_json, fresh";
+pub(super) const RUST_REUSE: &str = "(r)  worker-host, Rust serde_json, reuse";
 pub(super) const PY_REUSE: &str = "(p)  worker-host, Python json.loads, reuse";
 pub(super) const PY_FRESH: &str = "(p)  worker-host, Python json.loads, fresh";
 pub(super) const JS_REUSE: &str = "(j)  worker-host, JS JSON.parse, reuse";
@@ -115,6 +116,10 @@ pub(super) async fn run(ctx: &Ctx<'_>, on: impl Fn(char) -> bool, out: &mut Resu
         out.push(
             RUST,
             ctx.component(super::setup::JSON_RUST, false, 'r').await,
+        );
+        out.push(
+            RUST_REUSE,
+            ctx.component(super::setup::JSON_RUST, true, 'r').await,
         );
     }
     for (letter, file, reuse, fresh) in [
