@@ -187,6 +187,40 @@ struct Partial {
     body: Vec<u8>,
 }
 
+/// Adds one frame to the delivery being assembled; a complete delivery moves to `ready`.
+fn assemble(frame: AMQPFrame, partial: &mut Option<Partial>, ready: &mut Vec<Partial>) {
+    match frame {
+        AMQPFrame::Method(_, AMQPClass::Basic(basic::AMQPMethod::Deliver(d))) => {
+            *partial = Some(Partial {
+                tag: d.delivery_tag,
+                routing_key: d.routing_key.to_string(),
+                redelivered: d.redelivered,
+                message_id: None,
+                size: 0,
+                body: Vec::new(),
+            })
+        }
+        AMQPFrame::Header(_, h) => {
+            let p = partial.as_mut().expect("header after deliver");
+            p.size = h.body_size;
+            p.message_id = h.properties.message_id().as_ref().map(|m| m.to_string());
+            p.body.reserve_exact(h.body_size as usize);
+        }
+        AMQPFrame::Body(_, data) => partial
+            .as_mut()
+            .expect("body after header")
+            .body
+            .extend(data),
+        other => panic!("unexpected frame while consuming: {other}"),
+    }
+    if partial
+        .as_ref()
+        .is_some_and(|p| p.body.len() as u64 == p.size && p.size > 0)
+    {
+        ready.extend(partial.take());
+    }
+}
+
 /// The consumer loop: read, parse, call, ack; until `n` deliveries are settled.
 fn consume(queue: &str, n: u64, call: Call) -> (f64, CpuUse) {
     let mut w = open(queue);
@@ -206,36 +240,7 @@ fn consume(queue: &str, n: u64, call: Call) -> (f64, CpuUse) {
         }
         std::mem::swap(&mut frames, &mut w.early);
         for f in frames.drain(..) {
-            match f {
-                AMQPFrame::Method(_, AMQPClass::Basic(basic::AMQPMethod::Deliver(d))) => {
-                    partial = Some(Partial {
-                        tag: d.delivery_tag,
-                        routing_key: d.routing_key.to_string(),
-                        redelivered: d.redelivered,
-                        message_id: None,
-                        size: 0,
-                        body: Vec::new(),
-                    })
-                }
-                AMQPFrame::Header(_, h) => {
-                    let p = partial.as_mut().expect("header after deliver");
-                    p.size = h.body_size;
-                    p.message_id = h.properties.message_id().as_ref().map(|m| m.to_string());
-                    p.body.reserve_exact(h.body_size as usize);
-                }
-                AMQPFrame::Body(_, data) => partial
-                    .as_mut()
-                    .expect("body after header")
-                    .body
-                    .extend(data),
-                other => panic!("unexpected frame while consuming: {other}"),
-            }
-            if partial
-                .as_ref()
-                .is_some_and(|p| p.body.len() as u64 == p.size && p.size > 0)
-            {
-                ready.extend(partial.take());
-            }
+            assemble(f, &mut partial, &mut ready);
         }
         let Some(last) = ready.last().map(|p: &Partial| p.tag) else {
             continue;
