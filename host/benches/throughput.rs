@@ -174,15 +174,7 @@ async fn bench(args: Args) {
     let mut lang = languages::Results::default();
     let mut peak_rss = 0u64;
     let mut starts = Vec::new();
-    let (_plugins, ok_plugin) = if on('x') {
-        let runtime = worker_host::plugin::Runtime::new(&setup::runtime_config(&state))
-            .expect("plugin runtime");
-        let wasm = wat::parse_str(OK_WAT).expect("ok WAT parses");
-        let plugin = runtime.load_bytes("ok.wasm", &wasm).expect("ok WAT loads");
-        (Some(runtime), Some(plugin))
-    } else {
-        (None, None)
-    };
+    let ok_plugin = on('x').then(|| batch::ok_plugin(&state));
     for run in 0..args.runs {
         for (letter, out, kind, i) in [
             ('a', &mut a_mt, Bare::TaskPerDelivery, 0),

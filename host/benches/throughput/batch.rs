@@ -12,7 +12,7 @@ use std::net::TcpStream;
 
 use amq_protocol::frame::{AMQPFrame, ProtocolVersion, WriteContext, gen_frame, parse_frame};
 use amq_protocol::protocol::{AMQPClass, basic, channel, connection};
-use worker_host::plugin::{Answer, Input, Instances, Meta, Plugin, PublishPolicy};
+use worker_host::plugin::{Answer, Input, Instances, Meta, Plugin, PublishPolicy, Runtime};
 
 use super::*;
 
@@ -20,6 +20,14 @@ const CHANNEL: u16 = 1;
 
 /// The plugin each delivery is handed to, or none for (x0).
 pub(super) type Call = Option<Arc<Plugin>>;
+
+/// The ok WAT plugin of (b), loaded in this process as the service loads it. The plugin keeps
+/// the engine (and its epoch ticker) alive; the runtime itself is not needed after the load.
+pub(super) fn ok_plugin(cache: &Path) -> Arc<Plugin> {
+    let runtime = Runtime::new(&setup::runtime_config(cache)).expect("plugin runtime");
+    let wasm = wat::parse_str(OK_WAT).expect("ok WAT parses");
+    runtime.load_bytes("ok.wasm", &wasm).expect("ok WAT loads")
+}
 
 /// (x) / (x0): msgs/s from first delivery to last ack of a pre-filled queue, and the CPU per
 /// message of this process and the broker in that window.

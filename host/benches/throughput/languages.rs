@@ -218,15 +218,7 @@ async fn mix(ctx: &Ctx<'_>, reuse: bool) -> (u64, f64) {
     let prefix = unique("bench-mix");
     let extra = ctx.extra(reuse);
     let lines = format!("{}concurrency = 4\n", extra.subscription);
-    let subs: Vec<Sub<'_>> = plugins
-        .iter()
-        .enumerate()
-        .map(|(i, plugin)| Sub {
-            queue: format!("{prefix}.q{i}"),
-            plugin,
-            lines: lines.clone(),
-        })
-        .collect();
+    let subs = subs_of(&plugins, &prefix, &lines);
     let conn = connect().await;
     let ch = conn.create_channel().await.expect("channel");
     {

@@ -68,6 +68,19 @@ pub(super) struct Sub<'a> {
     pub(super) lines: String,
 }
 
+/// One subscription per plugin, on queues `{prefix}.q{i}`, each with `lines`.
+pub(super) fn subs_of<'a>(plugins: &'a [Plugin<'a>], prefix: &str, lines: &str) -> Vec<Sub<'a>> {
+    plugins
+        .iter()
+        .enumerate()
+        .map(|(i, plugin)| Sub {
+            queue: format!("{prefix}.q{i}"),
+            plugin,
+            lines: lines.to_string(),
+        })
+        .collect()
+}
+
 /// Starts worker-host with `subs` and `sections` added. Each distinct plugin is written once
 /// (`p{i}.wasm`, i its first subscription), so subscriptions of one plugin share it as in a real
 /// worker.toml (what the idle RSS of (i) measures).
@@ -164,7 +177,8 @@ pub(super) async fn wait_ready(addr: &str) {
             Instant::now() < deadline,
             "worker-host not ready after 300s"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Fine enough to time a start-up of a few hundred ms ((s)).
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 

@@ -28,33 +28,14 @@ pub(super) async fn seconds(ctx: &Ctx<'_>) -> f64 {
     ]);
     let prefix = unique("bench-start");
     let sections = ctx.extra(false).sections;
-    let subs: Vec<Sub<'_>> = plugins
-        .iter()
-        .enumerate()
-        .map(|(i, plugin)| Sub {
-            queue: format!("{prefix}.q{i}"),
-            plugin,
-            lines: String::new(),
-        })
-        .collect();
+    let subs = subs_of(&plugins, &prefix, "");
     {
         let warm = start_subs(ctx.bin, &subs, &prefix, &sections);
         wait_ready(&warm.admin).await;
     }
     let host = start_subs(ctx.bin, &subs, &prefix, &sections);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let secs = loop {
-        if let Some(r) = http_get(&host.admin, "/readyz").await
-            && (r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
-        {
-            break host.spawned.elapsed().as_secs_f64();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "worker-host not ready after 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
+    wait_ready(&host.admin).await;
+    let secs = host.spawned.elapsed().as_secs_f64();
     drop(host);
     let conn = connect().await;
     let ch = conn.create_channel().await.expect("channel");
