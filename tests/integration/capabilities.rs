@@ -9,6 +9,7 @@
 pub(crate) mod db;
 mod dry_run;
 mod http;
+mod isolation;
 mod kv;
 mod outbox;
 mod pause;

@@ -188,6 +188,13 @@ impl Capabilities {
         })
     }
 
+    /// Lets what the databases still do for the host end (cancels of timed-out statements).
+    pub async fn close(&self) {
+        for db in self.sql.values() {
+            db.close().await;
+        }
+    }
+
     /// Asks every store and database whether it answers, and reports it to `/readyz`.
     pub async fn check_health(&self) {
         for (name, store) in &self.kv {

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use super::{Link, Subscriber};
 use crate::capability::sql::Database;
 use crate::capability::sql::outbox::{Unsent, now_ms};
-use crate::plugin::{Input, Publish};
+use crate::plugin::{Input, Pending, Publish};
 
 /// How often the sweeper looks for unsent messages and old records.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
@@ -68,7 +68,7 @@ impl Subscriber {
             Ok(None) => Check::Handle,
             Ok(Some(unsent)) => {
                 self.metrics.duplicate();
-                match outbound(id, unsent) {
+                match self.outbound(id, unsent).await {
                     Ok((list, correlation)) => Check::Duplicate(list, correlation),
                     Err(why) => Check::Unavailable(why),
                 }
@@ -93,9 +93,14 @@ impl Subscriber {
     /// Marks confirmed publishes as sent. A failure is only logged: the sweeper would publish
     /// them again under the same ids, which downstream deduplication absorbs.
     pub(super) async fn outbox_sent(&self, input_id: &str, sent: &[Outbound]) {
-        let Some(db) = self.outbox() else { return };
         let ns: Vec<u32> = sent.iter().filter_map(|o| number(input_id, o)).collect();
-        if let Err(why) = Box::pin(db.mark_sent(&self.sub.queue, input_id, &ns)).await {
+        self.outbox_mark_sent(input_id, &ns).await;
+    }
+
+    /// Marks messages `ns` of `input_id` as sent (or settled without sending).
+    async fn outbox_mark_sent(&self, input_id: &str, ns: &[u32]) {
+        let Some(db) = self.outbox() else { return };
+        if let Err(why) = Box::pin(db.mark_sent(&self.sub.queue, input_id, ns)).await {
             warn!(queue = %self.sub.queue, message_id = input_id, "outbox: marking {} messages sent failed: {why}", ns.len());
         }
     }
@@ -153,7 +158,7 @@ impl Subscriber {
             }
         }
         for (id, unsent) in groups {
-            let (list, correlation) = match outbound(&id, unsent) {
+            let (list, correlation) = match self.outbound(&id, unsent).await {
                 Ok(found) => found,
                 Err(why) => {
                     warn!(queue, message_id = %id, "outbox sweep: {why}");
@@ -176,19 +181,45 @@ impl Subscriber {
     }
 }
 
-/// Stored messages as publishes with their ids, and the correlation id they carry.
-fn outbound(id: &str, unsent: Vec<Unsent>) -> Result<(Vec<Outbound>, Option<String>), String> {
-    let mut correlation = None;
-    let mut list = Vec::with_capacity(unsent.len());
-    for u in unsent {
-        let (publish, corr) = Publish::from_outgoing(u.message)?;
-        correlation = correlation.or(corr);
-        list.push(Outbound {
-            publish,
-            message_id: Some(format!("{id}:{}", u.n)),
-        });
+impl Subscriber {
+    /// Stored messages as publishes with their ids, and the correlation id they carry. Each
+    /// passes the subscription's publish policy again, as it did when the plugin published it:
+    /// a row the host did not write from a call (or one the config no longer allows) is not
+    /// sent, but marked sent, with a warning, so it is not tried again.
+    async fn outbound(
+        &self,
+        id: &str,
+        unsent: Vec<Unsent>,
+    ) -> Result<(Vec<Outbound>, Option<String>), String> {
+        let mut correlation = None;
+        let mut ids = Vec::with_capacity(unsent.len());
+        let mut refused = Vec::new();
+        let mut checked = Pending::default();
+        for u in unsent {
+            let (publish, corr) = Publish::from_outgoing(u.message)?;
+            let message_id = Some(format!("{id}:{}", u.n));
+            let exchange = publish.exchange.clone();
+            match checked.push(&self.policy, publish) {
+                Ok(()) => {
+                    correlation = correlation.or(corr);
+                    ids.push(message_id);
+                }
+                Err(r) => {
+                    warn!(queue = %self.sub.queue, message_id = id, exchange,
+                        "outbox: a stored message is not sent: {}", r.why);
+                    refused.push(u.n);
+                }
+            }
+        }
+        let list = (checked.publishes.into_iter().zip(ids))
+            .map(|(publish, message_id)| Outbound {
+                publish,
+                message_id,
+            })
+            .collect();
+        self.outbox_mark_sent(id, &refused).await;
+        Ok((list, correlation))
     }
-    Ok((list, correlation))
 }
 
 /// `n` of an outbound message id `<input id>:<n>`.

@@ -23,6 +23,7 @@ use std::time::Duration;
 pub use cache::{COMPILE_COMMAND, compile_for_parent};
 pub use engine::{CompilePriority, Runtime, RuntimeConfig};
 pub use error::{HandlerError, LoadError, TrapKind};
+pub(crate) use pending::Pending;
 pub use version::{Loaded, Plugin};
 
 /// Per-call limits, from the subscription.

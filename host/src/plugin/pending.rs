@@ -25,6 +25,14 @@ impl Pending {
     /// Buffers `publish` if `policy` allows it. Routing key, body and header bytes count against
     /// the per-call byte limit.
     pub fn push(&mut self, policy: &PublishPolicy, publish: Publish) -> Result<(), Refused> {
+        let bytes = self.check(policy, &publish)?;
+        self.bytes += bytes;
+        self.publishes.push(publish);
+        Ok(())
+    }
+
+    /// Whether `policy` allows `publish` after what is buffered; its bytes if so.
+    fn check(&self, policy: &PublishPolicy, publish: &Publish) -> Result<usize, Refused> {
         use PublishRefusal::*;
         let refuse = |refusal, why: String| Err(Refused { refusal, why });
         let exchange = publish.exchange.as_str();
@@ -65,9 +73,7 @@ impl Pending {
             let why = format!("more than {} bytes for one call", policy.max_total_bytes);
             return refuse(TooManyBytes, why);
         }
-        self.bytes += bytes;
-        self.publishes.push(publish);
-        Ok(())
+        Ok(bytes)
     }
 
     /// Forgets everything buffered (an instance reused for the next message starts empty).

@@ -180,6 +180,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> a
     // Consumers of a lost connection may still be finishing calls whose results are dropped.
     let orphans = async { while service.orphaned.join_next().await.is_some() {} };
     let _ = tokio::time::timeout(grace, orphans).await;
+    service.state.capabilities.close().await;
     hangup.abort();
     admin_cancel.cancel();
     let _ = health.await;

@@ -95,6 +95,17 @@ impl Pool {
         done.unwrap_or_else(|e| panic!("{statement}: {e}"));
     }
 
+    /// The one integer `statement` selects.
+    pub async fn scalar(&self, statement: &str) -> i64 {
+        let q = || AssertSqlSafe(statement.to_owned());
+        let value = match self {
+            Pool::Sqlite(p) => sqlx::query_scalar::<_, i64>(q()).fetch_one(p).await,
+            Pool::Postgres(p) => sqlx::query_scalar::<_, i64>(q()).fetch_one(p).await,
+            Pool::MariaDb(p) => sqlx::query_scalar::<_, i64>(q()).fetch_one(p).await,
+        };
+        value.unwrap_or_else(|e| panic!("{statement}: {e}"))
+    }
+
     /// Column `id` of every row of `table`, sorted.
     pub async fn ids(&self, table: &str) -> Vec<String> {
         let sql = format!("SELECT id FROM {table} ORDER BY id");

@@ -330,6 +330,15 @@ impl Probe {
         .await
     }
 
+    /// SIGTERM to the child and waits for its clean exit; [`Probe::restart_child`] starts it
+    /// again.
+    pub async fn stop_child(&mut self) {
+        let Runner::Child(host) = &mut self.runner else {
+            panic!("not a child process");
+        };
+        host.stop().await;
+    }
+
     /// Starts the binary again after it exited: same config, names and state, with `env`.
     pub async fn restart_child(&mut self, env: &[(&str, &str)]) {
         let Runner::Child(host) = &mut self.runner else {

@@ -6,17 +6,22 @@
 //! - SQLite: `BEGIN IMMEDIATE` takes the write lock up front, so two messages writing at once
 //!   wait for each other (busy timeout) instead of failing on a stale snapshot.
 //! - PostgreSQL: `BEGIN; SET LOCAL statement_timeout` to the handler's remaining time, so the
-//!   server stops a statement the host gave up on; and every statement runs under a savepoint,
+//!   server stops a statement even if the host is gone (the host also cancels one it gives up
+//!   on, `cancel.rs`); and every statement runs under a savepoint,
 //!   so a failed statement (a duplicate key the guest expects) is undone alone and the message's
 //!   transaction goes on, as it does on MySQL and SQLite. The savepoint rides in the same round
 //!   trip as BEGIN, or as the previous statement's release.
-//! - MySQL/MariaDB: `BEGIN`; note that DDL commits implicitly there.
+//! - MySQL/MariaDB: `BEGIN`; DDL commits implicitly there, so the host begins again after it.
+//! - SQLite: the connection's [`Watch`] says whose statement runs, for the authorizer and the
+//!   progress handler (`sqlite.rs`); the host's own statements run in its turn.
 //!
 //! A connection that is not known to be outside a transaction with nothing in flight is closed
 //! when dropped, never returned to the pool: the server then rolls back what it held.
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use crate::config::SqlKind;
-use std::time::Duration;
 
 use futures_util::TryStreamExt as _;
 use sqlx::pool::PoolConnection;
@@ -26,6 +31,7 @@ use sqlx::{
 };
 
 use super::error::{Failure, classify};
+use super::sqlite::Watch;
 use super::value::{self, ReadError};
 use crate::wit::worker::plugin::sql::{Rows, Value};
 
@@ -54,8 +60,13 @@ impl Pool {
 
     /// A connection of the pool (opened if none is idle).
     pub async fn acquire(&self) -> Result<Conn, sqlx::Error> {
+        let mut watch = None;
         let link = match self {
-            Pool::Sqlite(p) => Link::Sqlite(p.acquire().await?),
+            Pool::Sqlite(p) => {
+                let mut c = p.acquire().await?;
+                watch = Some(Watch::of(&mut c).await?);
+                Link::Sqlite(c)
+            }
             Pool::Postgres(p) => Link::Postgres(p.acquire().await?),
             Pool::MySql(p) => Link::MySql(p.acquire().await?),
         };
@@ -64,6 +75,8 @@ impl Pool {
             clean: true,
             busy: false,
             savepoint_fresh: false,
+            watch,
+            server_id: None,
         })
     }
 }
@@ -96,6 +109,11 @@ pub(super) struct Conn {
     busy: bool,
     /// PostgreSQL: the savepoint exists and no statement has run under it yet.
     savepoint_fresh: bool,
+    /// SQLite: whose statements run, read by the authorizer and the progress handler.
+    watch: Option<Arc<Watch>>,
+    /// The server's id of this session (PostgreSQL's backend pid, MySQL's connection id), read
+    /// at BEGIN, to cancel a statement the host gave up on.
+    server_id: Option<u64>,
 }
 
 impl Conn {
@@ -106,26 +124,38 @@ impl Conn {
 
     /// Begins the message's transaction; `remaining` is the handler's time left. On SQLite a
     /// transaction that will write takes the write lock now (`write`), so it never fails later
-    /// for want of it; one that only reads does not wait for writers.
+    /// for want of it; one that only reads does not wait for writers. On the servers the same
+    /// round trip reads the session's id, to cancel a statement later if need be.
     pub async fn begin(&mut self, remaining: Duration, write: bool) -> Result<(), sqlx::Error> {
         self.clean = false;
         let statement = match self.link {
             Link::Sqlite(_) if write => "BEGIN IMMEDIATE".to_string(),
             Link::Sqlite(_) => "BEGIN".to_string(),
             Link::Postgres(_) => {
-                // 0 would mean no limit; the host's own timeout stays the precise one.
+                // 0 would mean no limit; the host's own timeout (and cancel) stays the precise one.
                 let ms = remaining.as_millis().clamp(1, i32::MAX as u128);
-                format!("BEGIN; SET LOCAL statement_timeout = {ms}; SAVEPOINT {SAVEPOINT}")
+                format!(
+                    "BEGIN; SET LOCAL statement_timeout = {ms}; SAVEPOINT {SAVEPOINT}; \
+                     SELECT pg_backend_pid()::bigint"
+                )
             }
-            Link::MySql(_) => "BEGIN".to_string(),
+            Link::MySql(_) => "BEGIN; SELECT CAST(CONNECTION_ID() AS SIGNED)".to_string(),
         };
-        self.control(statement).await?;
+        if let Some(id) = self.control(statement).await? {
+            self.server_id = u64::try_from(id).ok();
+        }
         self.savepoint_fresh = true;
         Ok(())
     }
 
+    /// The server's id of this session, once a transaction began.
+    pub fn server_id(&self) -> Option<u64> {
+        self.server_id
+    }
+
     /// `SELECT 1`, outside any transaction.
     pub async fn ping(&mut self) -> Result<(), sqlx::Error> {
+        let _host = self.watch.as_ref().map(Watch::host);
         self.busy = true;
         match &mut self.link {
             Link::Sqlite(c) => sqlx::query("SELECT 1").execute(&mut **c).await.map(drop),
@@ -148,29 +178,55 @@ impl Conn {
         Ok(())
     }
 
-    /// A transaction-control statement (text protocol: PostgreSQL takes several at once).
-    async fn control(&mut self, statement: String) -> Result<(), sqlx::Error> {
+    /// A transaction-control statement of the host's (text protocol: PostgreSQL and MySQL take
+    /// several at once); the first column of the last row it returns, if any.
+    async fn control(&mut self, statement: String) -> Result<Option<i64>, sqlx::Error> {
+        let _host = self.watch.as_ref().map(Watch::host);
         self.busy = true;
         let sql = sqlx::raw_sql(AssertSqlSafe(statement));
-        match &mut self.link {
-            Link::Sqlite(c) => sql.execute(&mut **c).await.map(drop),
-            Link::Postgres(c) => sql.execute(&mut **c).await.map(drop),
-            Link::MySql(c) => sql.execute(&mut **c).await.map(drop),
+        let last = match &mut self.link {
+            Link::Sqlite(c) => sql.execute(&mut **c).await.map(|_| None),
+            Link::Postgres(c) => last_int(sql.fetch_all(&mut **c).await?),
+            Link::MySql(c) => last_int(sql.fetch_all(&mut **c).await?),
         }?;
         self.busy = false;
-        Ok(())
+        Ok(last)
     }
 
-    /// Runs one statement of the message's transaction.
+    /// Runs one of the host's own statements (the outbox's) in the message's transaction.
     pub async fn run(
         &mut self,
         statement: &str,
         params: Vec<Value>,
         want: Want,
     ) -> Result<Output, Failure> {
+        let _host = self.watch.as_ref().map(Watch::host);
         self.busy = true;
         let result = self.dispatch(statement, params, want).await;
         self.busy = false;
+        result
+    }
+
+    /// Runs a plugin's statement (which passed the guard) in the message's transaction; on
+    /// SQLite it is stopped at `deadline` and the authorizer judges what it touches.
+    pub async fn run_guest(
+        &mut self,
+        statement: &str,
+        params: Vec<Value>,
+        want: Want,
+        deadline: Instant,
+    ) -> Result<Output, Failure> {
+        if let Some(watch) = &self.watch {
+            watch.guest(deadline);
+        }
+        self.busy = true;
+        let mut result = self.dispatch(statement, params, want).await;
+        self.busy = false;
+        if let (Err(failure), Some(watch)) = (&mut result, &self.watch)
+            && let Some(why) = watch.take_refusal()
+        {
+            *failure = Failure::invalid(why);
+        }
         result
     }
 
@@ -236,6 +292,15 @@ impl Drop for Conn {
             }
         }
     }
+}
+
+/// The first column of the last row, as an integer.
+fn last_int<R: sqlx::Row>(rows: Vec<R>) -> Result<Option<i64>, sqlx::Error>
+where
+    usize: sqlx::ColumnIndex<R>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    rows.last().map(|r| r.try_get::<i64, _>(0usize)).transpose()
 }
 
 fn encode_failure(e: sqlx::error::BoxDynError) -> Failure {

@@ -4,20 +4,28 @@
 //! The rules a guest sees:
 //! - The first statement of a message begins its transaction; the host commits it when the
 //!   handler answers ok (a failed commit turns the answer into a retry) and rolls it back
-//!   otherwise. Transaction control is the host's: BEGIN, COMMIT, ROLLBACK, SAVEPOINT and the
-//!   like are refused as `invalid`.
+//!   otherwise.
+//! - A statement reaches only the granted database (`guard.rs` on its text, SQLite's
+//!   authorizer on what it touches): one statement per call; no transaction control, session
+//!   settings, temporary objects, other databases, files or programs, and none of the host's
+//!   own tables; all refused as `invalid`. On MySQL/MariaDB, DDL (which commits by itself) may
+//!   only be a message's first statement.
 //! - A statement that fails is undone by itself and the transaction goes on (PostgreSQL through
 //!   a savepoint per statement), unless the failure loses the transaction (connection lost,
 //!   deadline passed, a MySQL deadlock): then later statements fail the same way and the message
 //!   cannot commit.
-//! - Every statement ends by the handler's deadline; so does the commit, given at least
-//!   [`COMMIT_MIN`] so that work already done is not thrown away for want of a millisecond.
+//! - Every statement ends by the handler's deadline, on the server too (`cancel.rs`,
+//!   `sqlite.rs`); so does the commit, given at least [`COMMIT_MIN`] so that work already done
+//!   is not thrown away for want of a millisecond.
 //! - Values map as `value.rs` says; errors as `error.rs` says. No message names the URL.
 
 mod backend;
+mod cancel;
 mod dry;
 mod error;
+mod guard;
 pub(crate) mod outbox;
+mod sqlite;
 mod statement;
 mod text;
 mod value;
@@ -34,14 +42,14 @@ use anyhow::Context as _;
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::pool::PoolOptions;
 use sqlx::postgres::PgConnectOptions;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use tokio::time::{timeout, timeout_at};
 use tracing::Instrument;
 use wasmtime::component::{HasSelf, Linker};
 
 use self::backend::{Conn, Output, Pool, Want};
 use self::error::{Failure, classify};
-use self::statement::{operation, transaction_control};
+use self::guard::Pass;
+use self::statement::operation;
 use super::capture::Capture;
 use super::{Capability, Host, Recorder, Scope};
 use crate::config::{Secret, SqlDatabaseConfig, SqlKind};
@@ -58,10 +66,6 @@ const COMMIT_MIN: Duration = Duration::from_secs(1);
 /// How long a rollback may take before the connection is closed instead (the server then
 /// rolls back by itself).
 const ROLLBACK_GRACE: Duration = Duration::from_secs(1);
-/// How long SQLite waits for another connection's write lock.
-const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long opening a SQLite file at start-up may take.
-const SQLITE_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One database and its pool, shared by every subscription granted it.
 pub(crate) struct Database {
@@ -74,6 +78,8 @@ pub(crate) struct Database {
     down: AtomicBool,
     /// Whether the outbox tables are there (created on first use).
     outbox_schema: outbox::Schema,
+    /// Statements the host gave up on, being cancelled on the server.
+    cancels: cancel::Cancels,
 }
 
 impl Database {
@@ -94,7 +100,7 @@ impl Database {
         let redacted = config.url.redacted_url();
         let max = config.max_connections;
         let pool = match config.kind {
-            SqlKind::Sqlite => Pool::Sqlite(open_sqlite(config, pool_options(max)).await?),
+            SqlKind::Sqlite => Pool::Sqlite(sqlite::open(config, pool_options(max)).await?),
             SqlKind::Postgres => {
                 let connect = PgConnectOptions::from_str(url)
                     .with_context(|| format!("invalid PostgreSQL URL {redacted}"))?
@@ -115,7 +121,13 @@ impl Database {
             max_connections: config.max_connections,
             down: AtomicBool::new(false),
             outbox_schema: outbox::Schema::default(),
+            cancels: cancel::Cancels::default(),
         })
+    }
+
+    /// Waits for the cancels of timed-out statements still on their way (shutdown).
+    pub async fn close(&self) {
+        self.cancels.finished().await;
     }
 
     /// Whether the database answers `SELECT 1` within [`PING_TIMEOUT`], for `/readyz`.
@@ -209,47 +221,14 @@ fn pool_options<DB: sqlx::Database>(max_connections: u32) -> PoolOptions<DB> {
         .test_before_acquire(false)
 }
 
-async fn open_sqlite(
-    config: &SqlDatabaseConfig,
-    options: PoolOptions<sqlx::Sqlite>,
-) -> anyhow::Result<sqlx::SqlitePool> {
-    let url = config.url.expose();
-    let connect = SqliteConnectOptions::from_str(url)
-        .with_context(|| format!("invalid SQLite URL {}", config.url.redacted_url()))?
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .busy_timeout(SQLITE_BUSY_TIMEOUT)
-        .foreign_keys(true);
-    let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-    let options = if in_memory {
-        // The database lives as long as a connection does: keep one.
-        options
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-    } else {
-        if let Some(dir) = connect.get_filename().parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create the directory {}", dir.display()))?;
-        }
-        options
-    };
-    let pool = options.connect_lazy_with(connect);
-    let first = timeout(SQLITE_OPEN_TIMEOUT, pool.acquire())
-        .await
-        .map_err(|_| anyhow::anyhow!("opening {} timed out", config.url.redacted_url()))?;
-    first.with_context(|| format!("cannot open {}", config.url.redacted_url()))?;
-    Ok(pool)
-}
-
 /// The `sql` state of one message: its transaction, begun at the first statement.
 #[derive(Default)]
 pub(crate) struct Instance {
     database: Option<Arc<Database>>,
     deadline: Option<Instant>,
     tx: Tx,
+    /// Statements the plugin ran in this message.
+    statements: u32,
     /// A dry run: each statement is recorded (the transaction is rolled back in the end).
     capture: Option<Arc<Capture>>,
 }
@@ -274,6 +253,7 @@ impl Capability for Instance {
         self.database = grant;
         self.deadline = Some(scope.deadline);
         self.capture = scope.capture.clone();
+        self.statements = 0;
         // Normally idle already; a transaction left over is closed, so rolled back.
         self.tx = Tx::Idle;
     }
@@ -352,11 +332,12 @@ impl Instance {
         params: Vec<sql::Value>,
         want: Want,
     ) -> Result<Output, Failure> {
-        if let Some(word) = transaction_control(statement) {
-            return Err(Failure::invalid(format!(
-                "{word}: the host runs each message in one transaction, committed when the \
-                 handler answers ok and rolled back otherwise"
-            )));
+        let pass = guard::check(db.pool.kind(), statement).map_err(Failure::invalid)?;
+        if pass == Pass::ImplicitCommit && self.statements > 0 {
+            return Err(Failure::invalid(
+                "on MySQL/MariaDB this statement commits the transaction by itself: run it \
+                 before the message's other statements (or make the tables ahead of time)",
+            ));
         }
         if let Some(error) = self.lost() {
             return Err(Failure {
@@ -372,12 +353,24 @@ impl Instance {
         let Tx::Open(conn) = &mut self.tx else {
             return Err(Failure::other("the transaction is not open"));
         };
-        let result = match timeout_at(deadline.into(), conn.run(statement, params, want)).await {
+        self.statements += 1;
+        let run = conn.run_guest(statement, params, want, deadline);
+        let mut result = match timeout_at(deadline.into(), run).await {
             Ok(result) => result,
-            Err(_) => Err(Failure::timed_out(
-                "the statement ran past the handler's deadline and was cut off",
-            )),
+            Err(_) => {
+                db.cancels.cancel(&db.pool, conn.server_id());
+                Err(Failure::timed_out(
+                    "the statement ran past the handler's deadline and was cancelled",
+                ))
+            }
         };
+        if pass == Pass::ImplicitCommit && !conn.busy() {
+            // MySQL committed (an empty transaction) and runs in autocommit from here.
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if let Err(e) = conn.begin(remaining, true).await {
+                result = Err(classify(&e).lost());
+            }
+        }
         if let Err(failure) = &result
             && failure.lost
         {

@@ -216,16 +216,3 @@ async fn without_a_grant_every_call_is_denied() {
     assert_kind(instance.execute("SELECT 1".into(), vec![]).await, "denied");
     assert_eq!(instance.finish(true).await, Ok(()));
 }
-
-#[test]
-fn transaction_control_is_recognised_past_comments() {
-    use super::statement::transaction_control as control;
-    assert_eq!(control("COMMIT").as_deref(), Some("COMMIT"));
-    assert_eq!(
-        control("  -- note\n /* x */ rollback to s").as_deref(),
-        Some("ROLLBACK")
-    );
-    assert_eq!(control("start transaction").as_deref(), Some("START"));
-    assert_eq!(control("SELECT 1"), None);
-    assert_eq!(control("UPDATE t SET began = 1"), None);
-}
