@@ -1,10 +1,12 @@
 //! The admin HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (alive), `/readyz`
-//! (connected and consuming). Probes must keep answering whatever else connects, so every
-//! connection is bounded in time and in number (`conns`), and failed accepts (out of file
-//! descriptors) are logged and retried.
+//! (connected and consuming), and the failed-message console (`page`, `api`) behind its
+//! guard. Probes must keep answering whatever else connects, so every connection is bounded
+//! in time and in number (`conns`), and failed accepts (out of file descriptors) are logged
+//! and retried.
 
 mod api;
 mod conns;
+mod guard;
 mod page;
 
 use std::net::SocketAddr;
@@ -15,7 +17,7 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -29,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::reload::PluginSet;
 pub(crate) use api::Console;
 use conns::{Conns, Ticket};
+use guard::Guard;
 
 /// Most connections open at once; when full, the one idle the longest is closed for a new one.
 const MAX_CONNECTIONS: usize = 128;
@@ -63,13 +66,14 @@ pub async fn serve(
     info!(%listen, "admin endpoint up: /metrics /healthz /readyz /failed /api/failed");
     let plugins = console.plugins.clone();
     let max_upload = usize::try_from(console.config.plugins.max_plugin_size).unwrap_or(usize::MAX);
+    let guard = Guard::new(listen, console.config.admin.as_ref());
     let app = Router::new()
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(AppState { metrics, plugins })
-        .merge(api::routes(console, max_upload))
-        .merge(page::routes());
+        .merge(api::routes(console, guard.clone(), max_upload))
+        .merge(page::routes(guard));
     Ok(tokio::spawn(accept_loop(listener, app, cancel)))
 }
 
@@ -199,6 +203,11 @@ impl AcceptTrouble {
             self.logged = None;
         }
     }
+}
+
+/// An error answer of the console: `{"error": why}`, never a bare status.
+fn error_answer(status: StatusCode, why: &str) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": why }))).into_response()
 }
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {

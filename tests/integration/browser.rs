@@ -1,7 +1,8 @@
 //! The console page in a real headless browser (Debian's Chromium, driven through chromedriver
-//! over WebDriver): a group of parked messages, a dry-run and its result, the 401 notice and the
-//! token prompt, a replay that leaves the page and is handled in its queue, a discard, and a
-//! `<script>` body shown as text. Writes a screenshot of the page (its path is printed).
+//! over WebDriver): the 401 notice and the token prompt on opening, a group of parked messages,
+//! a dry-run and its result, a replay that leaves the page and is handled in its queue, a
+//! discard, and a `<script>` body shown as text; every request as Chromium sends it, through
+//! the listener's guard. Writes a screenshot of the page (its path is printed).
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -104,7 +105,7 @@ fn button(id: &str, action: &str) -> String {
 #[tokio::test]
 async fn the_console_page_shows_dry_runs_replays_and_discards_in_a_browser() {
     let driver = Driver::start().await;
-    let mut fixture = Parking::start("browser", TOKEN).await;
+    let mut fixture = Parking::start("browser", &format!("token = \"{TOKEN}\"")).await;
     fixture.park(&["b-1", "b-2"]).await;
     fixture.park_raw("xss-1", XSS.as_bytes()).await;
     fixture.wait_parked(3).await;
@@ -114,6 +115,26 @@ async fn the_console_page_shows_dry_runs_replays_and_discards_in_a_browser() {
     page.goto(&format!("http://{admin}/failed#{queue}"))
         .await
         .expect("open /failed");
+    // Reads need the token too: the page says so and asks for it.
+    until(
+        &page,
+        "the 401 notice",
+        "return document.getElementById('notice').textContent.includes('needs its token')",
+    )
+    .await;
+    until(
+        &page,
+        "the token prompt",
+        "return document.getElementById('token-dialog').open",
+    )
+    .await;
+    page.find(Locator::Id("token-input"))
+        .await
+        .expect("token input")
+        .send_keys(TOKEN)
+        .await
+        .expect("type");
+    click(&page, "#token-save").await;
     until(
         &page,
         "the group of three",
@@ -137,28 +158,7 @@ async fn the_console_page_shows_dry_runs_replays_and_discards_in_a_browser() {
         .await;
     assert_eq!(scripts.expect("count scripts"), json!(0));
 
-    // Without the token: the 401 notice and the prompt.
-    click(&page, &button("b-2", "dry-run")).await;
-    until(
-        &page,
-        "the 401 notice",
-        "return document.getElementById('notice').textContent.includes('needs the console token')",
-    )
-    .await;
-    until(
-        &page,
-        "the token prompt",
-        "return document.getElementById('token-dialog').open",
-    )
-    .await;
-    page.find(Locator::Id("token-input"))
-        .await
-        .expect("token input")
-        .send_keys(TOKEN)
-        .await
-        .expect("type");
-    click(&page, "#token-save").await;
-
+    // Chromium's own requests (Origin, Sec-Fetch-Site, JSON) pass the guard.
     click(&page, &button("b-2", "dry-run")).await;
     until(&page, "the dry-run result", "return document.querySelector('.message[data-id=\"b-2\"] .result strong')?.textContent.startsWith('dry-run: fail')").await;
     let shot = page.screenshot().await.expect("screenshot");

@@ -1,6 +1,9 @@
-//! The console's JSON API under `/api/` on a running service with `[admin] token`: counts and
-//! listings need no token; replay, discard and dry-run answer 401 without it (or with a wrong
-//! one) and do what the `failed` commands do with it.
+//! The console's JSON API under `/api/` on a running service with `[admin] token`: every
+//! request, reads too, answers 401 without the token (or with a wrong one); with it, list,
+//! replay, discard and dry-run do what the `failed` commands do. `guard` has what a web page
+//! could send.
+
+mod guard;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,6 +11,7 @@ use std::time::Duration;
 use lapin::BasicProperties;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::capabilities::db::{self, Kind, Pool};
 use crate::capabilities::support::{Probe, Sub, probe_wasm};
@@ -35,17 +39,33 @@ async fn send(
     token: Option<&str>,
     (kind, body): (&str, &[u8]),
 ) -> (u16, Value) {
-    let mut s = tokio::net::TcpStream::connect(addr)
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: {kind}\r\n");
+    raw(addr, &head, body).await
+}
+
+/// Sends `head` (the request line and header lines, each ending in CRLF, as a browser or curl
+/// would write them) and `body`, with `Content-Length` and `Connection: close` added; the
+/// status and the JSON answer.
+async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, Value) {
+    let mut s = begin(addr, head, body.len()).await;
+    s.write_all(body).await.expect("send");
+    answer(&mut s).await
+}
+
+/// Sends `head` announcing a body of `len` bytes, and none of it yet.
+async fn begin(addr: SocketAddr, head: &str, len: usize) -> TcpStream {
+    let mut s = TcpStream::connect(addr)
         .await
         .expect("connect to the admin port");
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\
-         Content-Type: {kind}\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
+    let head = format!("{head}Connection: close\r\nContent-Length: {len}\r\n\r\n");
     s.write_all(head.as_bytes()).await.expect("send");
-    s.write_all(body).await.expect("send");
+    s
+}
+
+/// Reads the answer to the end: its status and JSON body (`null` if none).
+async fn answer(s: &mut TcpStream) -> (u16, Value) {
     let mut out = Vec::new();
     s.read_to_end(&mut out).await.expect("read");
     let text = String::from_utf8_lossy(&out);
@@ -59,13 +79,31 @@ async fn send(
 }
 
 #[tokio::test]
-async fn the_api_lists_replays_discards_and_dry_runs_and_refuses_changes_without_the_token() {
-    let mut fixture = Parking::start("console", TOKEN).await;
+async fn the_api_lists_replays_discards_and_dry_runs_and_refuses_all_without_the_token() {
+    let mut fixture = Parking::start("console", &format!("token = \"{TOKEN}\"")).await;
     fixture.park(&["c-1", "c-2", "c-3", "c-4"]).await;
     fixture.wait_parked(4).await;
     let (admin, queue, failed) = (fixture.admin, fixture.queue.clone(), fixture.failed.clone());
 
-    let (status, all) = request(admin, "GET", "/api/failed", None, "").await;
+    // Reads show message bodies: they need the token too; the page itself does not.
+    for path in ["/api/failed".to_string(), format!("/api/failed/{queue}")] {
+        for token in [None, Some("wrong")] {
+            let (status, body) = request(admin, "GET", &path, token, "").await;
+            assert_eq!(status, 401, "{path}: {body}");
+            assert!(
+                body["error"].as_str().is_some_and(|e| e.contains("Bearer")),
+                "{body}"
+            );
+        }
+    }
+    let page = crate::service::support::http_get(admin, "/failed").await;
+    assert_eq!(
+        page.map(|(status, _)| status),
+        Some(200),
+        "the page asks for the token"
+    );
+
+    let (status, all) = request(admin, "GET", "/api/failed", Some(TOKEN), "").await;
     assert_eq!(status, 200, "{all}");
     let entry = all["queues"]
         .as_array()
@@ -76,7 +114,7 @@ async fn the_api_lists_replays_discards_and_dry_runs_and_refuses_changes_without
         admin,
         "GET",
         &format!("/api/failed/{queue}?limit=10"),
-        None,
+        Some(TOKEN),
         "",
     )
     .await;
@@ -194,14 +232,14 @@ async fn the_api_lists_replays_discards_and_dry_runs_and_refuses_changes_without
     )
     .await;
     assert_eq!(status, 400, "{body}");
-    let (status, body) = request(admin, "GET", "/api/failed/no-such-queue", None, "").await;
+    let (status, body) = request(admin, "GET", "/api/failed/no-such-queue", Some(TOKEN), "").await;
     assert_eq!(status, 404, "{body}");
     fixture.stop().await;
 }
 
-/// A running service with `[admin]` (and a token) whose subscription parks every message the
-/// test sends while a flag table is missing; once [`Parking::allow`] creates it, a replayed
-/// message is handled and reports. Shared by the API and browser tests.
+/// A running service with `[admin]` whose subscription parks every message the test sends
+/// while a flag table is missing; once [`Parking::allow`] creates it, a replayed message is
+/// handled and reports. Shared by the API and browser tests.
 pub(crate) struct Parking {
     pub probe: Probe,
     pub admin: SocketAddr,
@@ -214,13 +252,14 @@ pub(crate) struct Parking {
 }
 
 impl Parking {
-    pub async fn start(test: &str, token: &str) -> Parking {
+    /// `admin_lines`: the lines of `[admin]` after `listen` (`token = ...`, `hosts = [...]`).
+    pub async fn start(test: &str, admin_lines: &str) -> Parking {
         let state = tempfile::tempdir().expect("state dir");
         let db = Pool::connect(Kind::Sqlite, state.path()).await;
         let flag = db::table(&format!("{}_flag", test.replace('-', "_")));
         let admin = free_addr();
         let tables = format!(
-            "[admin]\nlisten = \"{admin}\"\ntoken = \"{token}\"\n\n[sql.db]\nurl = \"{}\"\n",
+            "[admin]\nlisten = \"{admin}\"\n{admin_lines}\n\n[sql.db]\nurl = \"{}\"\n",
             Kind::Sqlite.toml_url()
         );
         let subs = [Sub::new("pk", "sql = \"db\"\nmax_retries = 0")];

@@ -1,21 +1,25 @@
 //! The JSON API under `/api/`: the parked messages of every subscription, and the `failed`
-//! actions with the command line's semantics (the same selections, the same audit lines). With
-//! `[admin] token` set, every request that changes something needs `Authorization: Bearer`.
+//! actions with the command line's semantics (the same selections, the same audit lines).
+//! Every request passes the guard first (`guard`); a few are answered at once, so slow ones
+//! cannot hold every connection of the listener and lock the probes out.
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
+use super::error_answer as error;
+use super::guard::{self, Guard, JSON, JSON_OR_WASM};
 use crate::capability::Capabilities;
-use crate::config::{Config, Secret};
+use crate::config::Config;
 use crate::failed::{self, FailedError, Selection, Trial};
 use crate::reload::PluginSet;
 
@@ -29,51 +33,71 @@ pub(crate) struct Console {
 
 /// Messages a listing returns when it names no limit.
 const PAGE: u64 = 100;
+/// The most messages one listing returns: each may show 64 KiB of body.
+const MAX_PAGE: u64 = 1000;
 /// Bytes of each body a listing shows.
 const BODY_BYTES: usize = 64 << 10;
+/// API requests answered at once. Each opens a broker connection and may take a minute; the
+/// listener keeps room for the probes among its connections.
+const AT_ONCE: usize = 4;
 
-/// The `/api/` routes.
-pub(crate) fn routes(console: Console, max_upload: usize) -> Router {
-    let token = console.config.admin.as_ref().and_then(|a| a.token.clone());
+/// The `/api/` routes, behind `guard`.
+pub(crate) fn routes(console: Console, guard: Arc<Guard>, max_upload: usize) -> Router {
+    let json = middleware::from_fn_with_state(JSON, guard::content_type);
+    let json_or_wasm = middleware::from_fn_with_state(JSON_OR_WASM, guard::content_type);
+    let upload = middleware::from_fn_with_state(Arc::new(Semaphore::new(1)), one_upload);
     let changes = Router::new()
-        .route("/api/failed/{queue}/replay", post(replay))
-        .route("/api/failed/{queue}/discard", post(discard))
-        .route("/api/failed/{queue}/dry-run", post(dry_run))
-        .layer(DefaultBodyLimit::max(max_upload))
-        .layer(middleware::from_fn_with_state(token, authorized));
+        .route(
+            "/api/failed/{queue}/replay",
+            post(replay).route_layer(json.clone()),
+        )
+        .route(
+            "/api/failed/{queue}/discard",
+            post(discard).route_layer(json),
+        )
+        .route(
+            "/api/failed/{queue}/dry-run",
+            post(dry_run).route_layer(upload).route_layer(json_or_wasm),
+        )
+        .layer(DefaultBodyLimit::max(max_upload));
+    let busy = Arc::new(Semaphore::new(AT_ONCE));
     Router::new()
         .route("/api/failed", get(queues))
         .route("/api/failed/{queue}", get(messages))
         .merge(changes)
+        .route_layer(middleware::from_fn_with_state(busy, few_at_once))
+        .route_layer(middleware::from_fn_with_state(guard, guard::api))
         .with_state(console)
 }
 
-/// Lets a request through when no token is set or it carries the right one; 401 otherwise.
-async fn authorized(State(token): State<Option<Secret>>, request: Request, next: Next) -> Response {
-    let Some(token) = token else {
-        return next.run(request).await;
-    };
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(given) if same(given.as_bytes(), token.expose().as_bytes()) => next.run(request).await,
-        _ => error(
-            StatusCode::UNAUTHORIZED,
-            "this action needs the console token: send Authorization: Bearer <[admin] token>",
+/// Answers `AT_ONCE` requests at a time; more are refused at once (429) rather than queued,
+/// each queued one holding a connection.
+async fn few_at_once(State(busy): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+    match busy.try_acquire_owned() {
+        Ok(_permit) => next.run(request).await,
+        Err(_) => error(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "busy: the console answers {AT_ONCE} API requests at once; try again when one is done"
+            ),
         ),
     }
 }
 
-/// Compares in time that depends on the lengths only, not on where the bytes differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn error(status: StatusCode, text: &str) -> Response {
-    (status, axum::Json(json!({ "error": text }))).into_response()
+/// Runs one uploaded plugin at a time (each is compiled, and may be large); a second upload
+/// meanwhile is refused (429) before its body is read.
+async fn one_upload(State(one): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+    if !guard::is_kind(request.headers(), "application/wasm") {
+        return next.run(request).await;
+    }
+    match one.try_acquire_owned() {
+        Ok(_permit) => next.run(request).await,
+        Err(_) => error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "busy: another uploaded plugin is being dry-run, and one upload runs at a time; \
+             try again when it is done",
+        ),
+    }
 }
 
 /// An error of a `failed` action as a response: unknown queues 404, a broker that cannot be
@@ -110,15 +134,22 @@ struct Page {
     limit: Option<u64>,
 }
 
-/// `GET /api/failed/{queue}?limit=N`: the first N parked messages as `failed list` shows
-/// them, with up to 64 KiB of each body; nothing moves.
+/// `GET /api/failed/{queue}?limit=N`: the first N (at most `MAX_PAGE`) parked messages as
+/// `failed list` shows them, with up to 64 KiB of each body; nothing moves.
 async fn messages(
     State(console): State<Console>,
     Path(queue): Path<String>,
     Query(page): Query<Page>,
 ) -> Response {
+    let limit = page.limit.unwrap_or(PAGE);
+    if limit > MAX_PAGE {
+        return bad_request(&format!(
+            "limit: a listing returns at most {MAX_PAGE} messages, got {limit} \
+             (`worker-host failed list` reads them all)"
+        ));
+    }
     let mut out = Vec::new();
-    let selection = Selection::First(page.limit.unwrap_or(PAGE));
+    let selection = Selection::First(limit);
     match failed::list_with(&console.config, &queue, &selection, BODY_BYTES, &mut out).await {
         Ok(_) => axum::Json(json!({ "messages": json_lines(&out) })).into_response(),
         Err(err) => failure(&err),
@@ -224,9 +255,7 @@ async fn dry_run(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let uploaded = headers
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/wasm"));
+    let uploaded = guard::is_kind(&headers, "application/wasm");
     let selection = match (uploaded, &query.select) {
         (true, Some(select)) => pick(select.as_bytes()),
         (true, None) => Err("name the messages in ?select=".to_string()),
@@ -297,13 +326,5 @@ mod tests {
                 .contains("unknown field")
         );
         assert!(parse("not json").unwrap_err().starts_with("bad selection"));
-    }
-
-    #[test]
-    fn tokens_compare_whole() {
-        assert!(same(b"secret", b"secret"));
-        assert!(!same(b"secret", b"secreT"));
-        assert!(!same(b"secret", b"secret2"));
-        assert!(!same(b"", b"x"));
     }
 }

@@ -4,6 +4,7 @@
 
 mod error;
 mod grants;
+mod host_name;
 mod raw;
 mod units;
 mod validate;
@@ -23,6 +24,7 @@ pub use grants::{
     DEFAULT_SQL_MAX_CONNECTIONS, Grants, HttpGrant, KvBackend, KvStoreConfig, Origin,
     OriginHeaders, Outbox, Secret, SqlDatabaseConfig, SqlKind,
 };
+pub use host_name::HostName;
 pub use units::MAX_NAME_BYTES;
 
 /// The environment variable that replaces `[broker] url` / `urls`.
@@ -102,9 +104,12 @@ pub const DEFAULT_MAX_PLUGIN_SIZE: u64 = 256 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
     pub listen: SocketAddr,
-    /// `[admin] token`: what every request that changes something must carry as
+    /// `[admin] token`: what every request under `/api/` must carry as
     /// `Authorization: Bearer <token>`; required when `listen` is not a loopback address.
     pub token: Option<Secret>,
+    /// `[admin] hosts`: `Host` names the console answers to besides the listen address and
+    /// loopback; without a port, any port.
+    pub hosts: Vec<HostName>,
 }
 
 /// `[tracing]`: the OpenTelemetry collector spans go to over OTLP/HTTP.

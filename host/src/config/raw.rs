@@ -94,6 +94,9 @@ pub struct RawPlugins {
 pub struct RawAdmin {
     pub listen: Spanned<SocketAddrText>,
     pub token: Option<Spanned<String>>,
+    /// Checked in the second pass, so every bad entry is reported with its own line.
+    #[serde(default)]
+    pub hosts: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -173,6 +173,15 @@ fn full_config_sets_every_key() {
     assert_eq!(config.exchanges.failed, "main.failed");
     assert_eq!(config.plugins.max_plugin_size, 64 << 20);
     assert_eq!(config.admin.as_ref().map(|a| a.listen.port()), Some(9464));
+    let hosts: Vec<String> = config
+        .admin
+        .iter()
+        .flat_map(|a| a.hosts.iter().map(HostName::to_string))
+        .collect();
+    assert_eq!(
+        hosts,
+        ["worker.internal", "10.0.0.5:9464", "[fd00::1]:9464"]
+    );
     assert_eq!(config.delay, Some(DelayConfig { levels: 28 }));
 
     let user = config.subscription("ucenter@user").expect("ucenter@user");

@@ -3,8 +3,10 @@
 "use strict";
 
 const TOKEN_KEY = "worker-host-console-token";
-// `limit`: how many of the queue's first messages the page reads (and groups); "Show more" adds.
+// `limit`: how many of the queue's first messages the page reads (and groups); "Show more" adds,
+// up to MAX, the most one listing returns.
 const PAGE = 500;
+const MAX = 1000;
 const state = { queue: null, limit: PAGE, total: null, messages: [], results: new Map(), selected: new Set(), upload: null };
 
 const $ = (id) => document.getElementById(id);
@@ -43,7 +45,7 @@ async function api(method, path, body, contentType) {
   }
   const data = await response.json().catch(() => ({}));
   if (response.status === 401) {
-    notice("This action needs the console token (Authorization: Bearer): enter it with the Token button.");
+    notice("The console needs its token ([admin] token, sent as Authorization: Bearer): enter it with the Token button.");
     askToken();
     return null;
   }
@@ -64,6 +66,7 @@ $("token-dialog").addEventListener("close", () => {
   if ($("token-dialog").returnValue === "save") {
     sessionStorage.setItem(TOKEN_KEY, $("token-input").value);
     notice("Token kept for this tab.", "info");
+    refresh();
   }
 });
 $("token-button").addEventListener("click", askToken);
@@ -132,9 +135,13 @@ function render() {
     ? "groups of the first " + shown + " of " + state.total + " messages" : shown + " messages") });
   const groups = groupsOf(state.messages).map(renderGroup);
   if (!groups.length) groups.push(el("p", { class: "hint", text: "Nothing is parked here." }));
-  if (state.total > shown) {
-    groups.push(el("button", { type: "button", id: "more", onclick: () => { state.limit += PAGE * 4; openQueue(state.queue, true); } },
-      "Show " + Math.min(PAGE * 4, state.total - shown) + " more"));
+  if (state.total > shown && state.limit < MAX) {
+    const more = Math.min(MAX, state.limit + PAGE) - state.limit;
+    groups.push(el("button", { type: "button", id: "more", onclick: () => { state.limit += more; openQueue(state.queue, true); } },
+      "Show " + Math.min(more, state.total - shown) + " more"));
+  } else if (state.total > shown) {
+    groups.push(el("p", { class: "hint", text: "The console reads the first " + MAX +
+      " messages of a queue; `worker-host failed list` reads them all." }));
   }
   section.replaceChildren(title, toolbar, ...groups);
 }

@@ -17,7 +17,7 @@ use super::raw::{RawAdmin, RawConfig, RawQueue, RawSettings, RawSubscription, Ra
 use super::units::{DurationText, MAX_NAME_BYTES, Name};
 use super::{
     Admin, BindingDecl, Broker, Config, DEFAULT_MAX_PLUGIN_SIZE, DEFAULT_PAUSE_FOR, DelayConfig,
-    ExchangeDecl, Exchanges, Pause, Plugins, QueueDecl, QueueType, RetryDelay, Secret,
+    ExchangeDecl, Exchanges, HostName, Pause, Plugins, QueueDecl, QueueType, RetryDelay, Secret,
     Subscription, TracingConfig,
 };
 
@@ -191,7 +191,7 @@ impl Checker<'_> {
     }
 
     /// `[admin]`: a listener other hosts can reach must have a token, since the console there
-    /// can replay and discard messages.
+    /// can replay and discard messages; `hosts` are host names, each with an optional port.
     fn admin(&mut self, raw: &RawAdmin) -> Admin {
         let listen = raw.listen.get_ref().0;
         let token = raw.token.as_ref().map(|t| (t.span(), self.expand(t)));
@@ -209,9 +209,24 @@ impl Checker<'_> {
             ),
             _ => {}
         }
+        let mut hosts = Vec::new();
+        for entry in &raw.hosts {
+            match HostName::parse(entry.get_ref()) {
+                Ok(host) => hosts.push(host),
+                Err(why) => self.error(
+                    Some(entry.span()),
+                    format!(
+                        "hosts: expected a host name, optionally with a port, like \
+                         \"worker.internal\" or \"worker.internal:9464\", got {:?}: {why}",
+                        entry.get_ref()
+                    ),
+                ),
+            }
+        }
         Admin {
             listen,
             token: token.map(|(_, value)| Secret::new(value)),
+            hosts,
         }
     }
 
