@@ -348,18 +348,9 @@ impl Publisher {
     }
 }
 
-/// Hides the password of an AMQP URL for logs and errors.
+/// Hides the passwords of an AMQP URL for logs and errors (see [`crate::config::redact_url`]).
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
+    crate::config::redact_url(url)
 }
 
 /// How long one URL gets to finish connecting before the next is tried: a node that accepts
@@ -428,6 +419,10 @@ mod tests {
             "amqp://guest:***@host:5672/%2f"
         );
         assert_eq!(redact("amqp://host"), "amqp://host");
+        assert_eq!(
+            redact("amqp://u@host/%2f?password=secret"),
+            "amqp://***@host/%2f?password=***"
+        );
     }
 
     #[test]

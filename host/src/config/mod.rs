@@ -5,6 +5,7 @@
 mod error;
 mod grants;
 mod raw;
+mod secret;
 mod units;
 mod validate;
 
@@ -21,8 +22,9 @@ pub use error::{ConfigError, Location, Problem, Warning};
 pub use grants::{
     DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE, DEFAULT_OUTBOX_RETENTION,
     DEFAULT_SQL_MAX_CONNECTIONS, Grants, HttpGrant, KvBackend, KvStoreConfig, Origin,
-    OriginHeaders, Outbox, Secret, SqlDatabaseConfig, SqlKind,
+    OriginHeaders, Outbox, SqlDatabaseConfig, SqlKind,
 };
+pub use secret::{Secret, redact_url};
 pub use units::MAX_NAME_BYTES;
 
 /// The environment variable that replaces `[broker] url` / `urls`.

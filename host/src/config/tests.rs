@@ -259,6 +259,11 @@ fn broker_url_from_environment_wins() {
             .contains("WORKER_BROKER_URL: expected a broker URL"),
         "{err}"
     );
+    // The parser quotes a URL it cannot read back: never with its password.
+    let err = validate::parse(MINIMAL, &path, Some("amqp:guest:S3CRET@host")).expect_err("bad");
+    let shown = err.to_string();
+    assert!(shown.contains("'amqp:guest:***@host'"), "{shown}");
+    assert!(!shown.contains("S3CRET"), "{shown}");
 }
 
 #[test]

@@ -140,6 +140,11 @@ impl BrokerUrl {
         url.parse::<lapin::uri::AMQPUri>()
             .map(|_| ())
             .map_err(|err| {
+                // The parser may quote the whole URL back.
+                let err = match url {
+                    "" => err,
+                    url => err.replace(url, &super::redact_url(url)),
+                };
                 format!("expected a broker URL like \"amqp://user:pass@host:5672/%2f\" ({err})")
             })
     }

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use super::super::grants::{
     DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE, DEFAULT_OUTBOX_RETENTION,
     DEFAULT_SQL_MAX_CONNECTIONS, Grants, HttpGrant, KvBackend, KvStoreConfig, Origin,
-    OriginHeaders, Outbox, Secret, SqlDatabaseConfig, SqlKind,
+    OriginHeaders, Outbox, SqlDatabaseConfig, SqlKind,
 };
 use super::super::raw::{KvBackendKind, RawKv, RawSql};
+use super::super::secret::Secret;
 use super::*;
 
 /// The largest value a store may be configured to accept: Redis's own limit.
