@@ -13,6 +13,7 @@ mod kv;
 mod outbox;
 mod pause;
 mod restart;
+mod secrets;
 mod sql;
 pub(crate) mod support;
 

@@ -155,6 +155,11 @@ impl ChildHost {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Its worker.toml.
+    pub(crate) fn config_path(&self) -> &Path {
+        &self.config
+    }
+
     /// Fails the test when the process has exited.
     pub(crate) fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
@@ -273,6 +278,14 @@ impl Probe {
                     .expect("the service's worker.toml")
                     .0
             }
+        }
+    }
+
+    /// The child's worker.toml (a child's only).
+    pub fn config_path(&self) -> PathBuf {
+        match &self.runner {
+            Runner::Child(host) => host.config_path().to_owned(),
+            Runner::InProcess(_) => panic!("not a child process"),
         }
     }
 
