@@ -39,10 +39,14 @@ pub struct HttpGrant {
     pub headers: Vec<OriginHeaders>,
     /// `http_max_response`: the most body bytes a response may have.
     pub max_response: u64,
+    /// `http_max_requests`: the most requests one message may make.
+    pub max_requests: u32,
 }
 
 /// `http_max_response` when unset.
 pub const DEFAULT_HTTP_MAX_RESPONSE: u64 = 8 << 20;
+/// `http_max_requests` when unset.
+pub const DEFAULT_HTTP_MAX_REQUESTS: u32 = 100;
 
 impl Default for HttpGrant {
     fn default() -> Self {
@@ -50,6 +54,7 @@ impl Default for HttpGrant {
             allowed: Vec::new(),
             headers: Vec::new(),
             max_response: DEFAULT_HTTP_MAX_RESPONSE,
+            max_requests: DEFAULT_HTTP_MAX_REQUESTS,
         }
     }
 }

@@ -208,6 +208,10 @@ bounded!(
     MaxLength(u64), "max_length", 0, i64::MAX
 );
 bounded!(
+    /// Outgoing HTTP requests one message may make.
+    HttpMaxRequests(u32), "http_max_requests", 1, 10_000
+);
+bounded!(
     /// Retries after the first call.
     MaxRetries(u32), "max_retries", 0, 1_000_000
 );
