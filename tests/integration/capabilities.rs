@@ -8,7 +8,7 @@
 
 pub(crate) mod db;
 mod dry_run;
-mod http;
+pub(crate) mod http;
 mod kv;
 mod outbox;
 mod pause;

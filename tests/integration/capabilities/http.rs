@@ -21,7 +21,7 @@ use crate::common;
 
 /// One request a test server received.
 #[derive(Debug, Clone)]
-struct Hit {
+pub(crate) struct Hit {
     port: u16,
     path: String,
     headers: Vec<(String, String)>,
@@ -39,16 +39,16 @@ impl Hit {
 
 /// Every request the test servers received, in order.
 #[derive(Clone, Default)]
-struct Hits(Arc<Mutex<Vec<Hit>>>);
+pub(crate) struct Hits(Arc<Mutex<Vec<Hit>>>);
 
 impl Hits {
-    fn all(&self) -> Vec<Hit> {
+    pub(crate) fn all(&self) -> Vec<Hit> {
         self.0.lock().expect("hits").clone()
     }
 }
 
 /// Starts a test server on 127.0.0.1 (a free port) that records into `hits`.
-async fn serve(hits: Hits) -> SocketAddr {
+pub(crate) async fn serve(hits: Hits) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind a test server");
@@ -101,11 +101,11 @@ async fn answer(State((hits, port)): State<(Hits, u16)>, req: Request) -> Respon
     }
 }
 
-fn get(url: String) -> Value {
+pub(crate) fn get(url: String) -> Value {
     json!({"http": "GET", "url": url})
 }
 
-fn url(port: u16, path: &str) -> String {
+pub(crate) fn url(port: u16, path: &str) -> String {
     format!("http://127.0.0.1:{port}{path}")
 }
 

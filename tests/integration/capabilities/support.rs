@@ -235,8 +235,20 @@ impl Probe {
         tables: &str,
         env: &[(&str, &str)],
     ) -> Probe {
+        Probe::start_child_edited(test, subs, state, tables, env, |toml| toml).await
+    }
+
+    /// [`Probe::start_child`] with worker.toml changed by `edit` (a `[broker]` key, say).
+    pub async fn start_child_edited(
+        test: &str,
+        subs: &[Sub],
+        state: &Path,
+        tables: &str,
+        env: &[(&str, &str)],
+        edit: impl FnOnce(String) -> String,
+    ) -> Probe {
         let n = Names::new(test);
-        let host = ChildHost::start(|_| worker_toml(&n, subs, state, tables), env);
+        let host = ChildHost::start(|_| edit(worker_toml(&n, subs, state, tables)), env);
         Probe::ready(n, subs, Runner::Child(host)).await
     }
 
@@ -341,6 +353,18 @@ impl Probe {
             async move { done }
         })
         .await
+    }
+
+    /// SIGTERM to the child; waits for it to exit and returns its status.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let Runner::Child(host) = &self.runner else {
+            panic!("not a child process");
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(host.child.id().to_string())
+            .status();
+        self.exited().await
     }
 
     /// Starts the binary again after it exited: same config, names and state, with `env`.
