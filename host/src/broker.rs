@@ -10,6 +10,7 @@ use lapin::types::FieldTable;
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
 };
+use tokio::sync::watch;
 use tracing::{Instrument, info, warn};
 
 use crate::telemetry;
@@ -237,6 +238,41 @@ pub async fn confirm_channel(conn: &Connection) -> Result<Channel, lapin::Error>
     Ok(channel)
 }
 
+/// Whether the broker blocks publishing on one connection (`connection.blocked`, a resource
+/// alarm), as the service hears it. While it does, nothing may be published on the connection
+/// (SPEC section 7): a publish written now reaches the queues whenever the alarm clears, even
+/// after this process has exited, so a message whose call is then run again would have its
+/// effects twice.
+#[derive(Debug, Clone)]
+pub struct Blocked(watch::Receiver<bool>);
+
+impl Blocked {
+    /// The signal, starting as `blocked`, and its sender (true: blocked), which the
+    /// connection's events drive.
+    pub fn channel(blocked: bool) -> (watch::Sender<bool>, Blocked) {
+        let (tx, rx) = watch::channel(blocked);
+        (tx, Blocked(rx))
+    }
+
+    /// A connection whose blocks nobody hears (tools, tests): never waits.
+    pub fn never() -> Blocked {
+        Blocked::channel(false).1
+    }
+
+    pub fn is_blocked(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Returns once publishing is not blocked. Never returns when the sender went away while
+    /// blocked: the connection is being given up, and whatever waits here goes with it.
+    pub async fn lifted(&self) {
+        let mut rx = self.0.clone();
+        if rx.wait_for(|blocked| !blocked).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 /// A confirm-mode channel shared by one connection's publishers. A channel error (a publish to
 /// a missing exchange) closes only the channel; the next caller gets a fresh one.
 ///
@@ -245,8 +281,12 @@ pub async fn confirm_channel(conn: &Connection) -> Result<Channel, lapin::Error>
 /// could not simply be sent again. Exchanges named by plugins are therefore checked once with a
 /// passive declare on a throwaway channel ([`Publisher::check_exchange`]), and a missing one
 /// refuses that message alone.
+///
+/// While the broker blocks publishing ([`Blocked`]) it hands out no channel: every publish of
+/// the service gets its channel here right before writing, so none is written then.
 pub struct Publisher {
     conn: Arc<Connection>,
+    blocked: Blocked,
     current: Mutex<Option<Channel>>,
     /// Serializes reopening, so one closed channel is replaced once.
     reopen: tokio::sync::Mutex<()>,
@@ -255,10 +295,11 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    /// A publisher on `conn`; the channel opens on first use.
-    pub fn new(conn: Arc<Connection>) -> Publisher {
+    /// A publisher on `conn`, holding back while `blocked`; the channel opens on first use.
+    pub fn new(conn: Arc<Connection>, blocked: Blocked) -> Publisher {
         Publisher {
             conn,
+            blocked,
             current: Mutex::new(None),
             reopen: tokio::sync::Mutex::new(()),
             known: Mutex::new(HashSet::new()),
@@ -304,8 +345,15 @@ impl Publisher {
         &self.conn
     }
 
-    /// The open channel, reopened if the broker closed it.
+    /// Returns once the broker does not block publishing (see [`Blocked::lifted`]).
+    pub async fn unblocked(&self) {
+        self.blocked.lifted().await;
+    }
+
+    /// The open channel, reopened if the broker closed it; once the broker does not block
+    /// publishing.
     pub async fn channel(&self) -> Result<Channel, lapin::Error> {
+        self.unblocked().await;
         if let Some(channel) = self.open_channel() {
             return Ok(channel);
         }
@@ -348,18 +396,9 @@ impl Publisher {
     }
 }
 
-/// Hides the password of an AMQP URL for logs and errors.
+/// Hides the passwords of an AMQP URL for logs and errors (see [`crate::config::redact_url`]).
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
+    crate::config::redact_url(url)
 }
 
 /// How long one URL gets to finish connecting before the next is tried: a node that accepts
@@ -428,6 +467,10 @@ mod tests {
             "amqp://guest:***@host:5672/%2f"
         );
         assert_eq!(redact("amqp://host"), "amqp://host");
+        assert_eq!(
+            redact("amqp://u@host/%2f?password=secret"),
+            "amqp://***@host/%2f?password=***"
+        );
     }
 
     #[test]

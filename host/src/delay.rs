@@ -19,6 +19,8 @@ use anyhow::Context as _;
 use lapin::types::AMQPValue;
 use lapin::{BasicProperties, Channel, Connection};
 
+/// What the mover waits on while the broker blocks publishing.
+pub use crate::broker::Blocked;
 use crate::broker::{PERSISTENT, publish_confirmed};
 
 pub use crate::topology::delay_levels::{

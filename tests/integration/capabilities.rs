@@ -8,12 +8,13 @@
 
 pub(crate) mod db;
 mod dry_run;
-mod http;
+pub(crate) mod http;
 mod isolation;
 mod kv;
 mod outbox;
 mod pause;
 mod restart;
+mod secrets;
 mod sql;
 pub(crate) mod support;
 

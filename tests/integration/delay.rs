@@ -65,7 +65,8 @@ async fn mover_forever(delayer: Delayer, cancel: CancellationToken) {
                 continue;
             }
         };
-        if let Err(err) = delayer.run_mover(&conn, cancel.clone()).await {
+        let blocked = worker_host::delay::Blocked::never();
+        if let Err(err) = delayer.run_mover(&conn, &blocked, cancel.clone()).await {
             eprintln!("mover ended: {err:#}; reconnecting");
         }
         let _ = conn.close(200, "bye".into()).await;

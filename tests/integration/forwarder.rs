@@ -2,7 +2,8 @@
 //! the broker, counts the connections it accepted, and can cut all current ones (a network
 //! failure as the client sees it). Point a service at `url()` to watch its connections.
 //! Optionally it rewrites the frames the broker sends, to deliver what the broker itself would
-//! refuse to carry.
+//! refuse to carry, or plays the broker blocking publishing (a resource alarm) for its clients
+//! alone, so a test needs no alarm on the whole broker.
 
 #![allow(dead_code)]
 
@@ -12,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::raw_amqp::Target;
@@ -27,6 +29,8 @@ pub struct Forwarder {
     /// Cancelled to cut the connections accepted so far; replaced by a fresh token then.
     cut: Arc<Mutex<CancellationToken>>,
     stop: CancellationToken,
+    /// Set by [`Forwarder::blocking`].
+    gate: Option<Arc<Gate>>,
 }
 
 impl Forwarder {
@@ -39,6 +43,38 @@ impl Forwarder {
     /// `rewrite` (same length: the payload is changed in place).
     pub async fn rewriting(rewrite: Rewrite) -> Forwarder {
         Forwarder::start_with(Target::broker(), Some(rewrite)).await
+    }
+
+    /// A forwarder to the test broker that can play the broker blocking publishing: see
+    /// [`Forwarder::block`] and [`Forwarder::unblock`].
+    pub async fn blocking() -> Forwarder {
+        let gate = Arc::new(Gate::default());
+        let mut fwd = Forwarder::start_down(Target::broker(), Down::Gate(gate.clone())).await;
+        fwd.gate = Some(gate);
+        fwd
+    }
+
+    /// As RabbitMQ does under a resource alarm: sends `connection.blocked` with `reason` to every
+    /// client connected now, and from a client's next `basic.publish` on passes nothing more of
+    /// what it sends (held, not lost) until [`Forwarder::unblock`]. (Only for a forwarder made by
+    /// [`Forwarder::blocking`].)
+    pub fn block(&self, reason: &str) {
+        let gate = self.gate.as_ref().expect("a blocking forwarder");
+        *gate.reason.lock().expect("not poisoned") = reason.to_string();
+        gate.blocked.send_replace(true);
+    }
+
+    /// Sends `connection.unblocked` and passes on what was held, even for a client that has
+    /// gone meanwhile, as the broker processes what it had received once the alarm clears.
+    pub fn unblock(&self) {
+        let gate = self.gate.as_ref().expect("a blocking forwarder");
+        gate.blocked.send_replace(false);
+    }
+
+    /// How many `basic.publish` frames clients sent while blocked.
+    pub fn publishes_while_blocked(&self) -> usize {
+        let gate = self.gate.as_ref().expect("a blocking forwarder");
+        gate.publishes_while_blocked.load(Ordering::SeqCst)
     }
 
     /// A forwarder to `target`'s address.
@@ -81,6 +117,7 @@ impl Forwarder {
             accepted,
             cut,
             stop,
+            gate: None,
         }
     }
 
@@ -136,6 +173,14 @@ async fn accept_loop(
             let Ok(server) = TcpStream::connect(&upstream).await else {
                 return; // The client sees the connection close.
             };
+            if let Down::Gate(gate) = &down {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = cut.cancelled() => {}
+                    _ = gated(client, server, gate.clone()) => {}
+                }
+                return;
+            }
             let (mut client_rx, mut client_tx) = client.into_split();
             let (mut server_rx, mut server_tx) = server.into_split();
             let down = async {
@@ -151,6 +196,7 @@ async fn accept_loop(
                         copy_frames(&mut server_rx, &mut client_tx, &none, Some(3)).await?;
                         std::future::pending().await
                     }
+                    Down::Gate(_) => unreachable!("handled above"),
                 }
             };
             // When either way ends (or the connection is cut), both are closed.
@@ -170,6 +216,8 @@ enum Down {
     Copy,
     Rewrite(Rewrite),
     StallAfterOpen,
+    /// Both ways: see [`gated`].
+    Gate(Arc<Gate>),
 }
 
 /// Copies AMQP frames (the broker sends nothing else) one whole frame at a time, rewritten;
@@ -197,4 +245,164 @@ async fn copy_frames(
         to.write_all(&head).await?;
         to.write_all(&rest).await?;
     }
+}
+
+/// Whether a blocking forwarder blocks publishing, and what its clients did meanwhile.
+struct Gate {
+    blocked: watch::Sender<bool>,
+    reason: Mutex<String>,
+    publishes_while_blocked: AtomicUsize,
+}
+
+impl Default for Gate {
+    fn default() -> Gate {
+        Gate {
+            blocked: watch::channel(false).0,
+            reason: Mutex::new(String::new()),
+            publishes_while_blocked: AtomicUsize::new(0),
+        }
+    }
+}
+
+const FRAME_METHOD: u8 = 1;
+const FRAME_END: u8 = 0xce;
+
+/// One connection through a blocking forwarder: the broker's frames go to the client, with
+/// `connection.blocked` / `connection.unblocked` put between them when the gate changes; the
+/// client's frames go to the broker, but while blocked everything from a `basic.publish` on is
+/// held until unblocked. Ends once the client has gone and nothing is held any more.
+async fn gated(client: TcpStream, server: TcpStream, gate: Arc<Gate>) {
+    let (mut client_rx, client_tx) = client.into_split();
+    let (server_rx, mut server_tx) = server.into_split();
+    // The protocol header comes first, before any frame.
+    let mut header = [0u8; 8];
+    if client_rx.read_exact(&mut header).await.is_err()
+        || server_tx.write_all(&header).await.is_err()
+    {
+        return;
+    }
+    // The client going away ends its frames, but what was held still goes to the broker; the
+    // broker's side closes once `up` is done with it.
+    tokio::join!(
+        down_gated(frames(server_rx), client_tx, gate.clone()),
+        up_gated(frames(client_rx), server_tx, &gate),
+    );
+}
+
+/// The frames read from `from`, whole (header, payload and frame end), until it ends.
+fn frames(mut from: impl AsyncRead + Unpin + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let mut head = [0u8; 7];
+            if from.read_exact(&mut head).await.is_err() {
+                return;
+            }
+            let size = u32::from_be_bytes([head[3], head[4], head[5], head[6]]) as usize;
+            let mut frame = head.to_vec();
+            frame.resize(7 + size + 1, 0);
+            if from.read_exact(&mut frame[7..]).await.is_err() || tx.send(frame).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The broker's frames to the client, and the gate's changes as `connection.blocked` /
+/// `connection.unblocked`.
+async fn down_gated(
+    mut from_server: mpsc::Receiver<Vec<u8>>,
+    mut to_client: impl AsyncWrite + Unpin,
+    gate: Arc<Gate>,
+) {
+    let mut changes = gate.blocked.subscribe();
+    loop {
+        let frame = tokio::select! {
+            frame = from_server.recv() => match frame {
+                Some(frame) => frame,
+                None => return,
+            },
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let blocked = *changes.borrow_and_update();
+                if blocked {
+                    let reason = gate.reason.lock().expect("not poisoned").clone();
+                    let mut args = vec![reason.len() as u8];
+                    args.extend_from_slice(reason.as_bytes());
+                    method_frame(10, 60, &args)
+                } else {
+                    method_frame(10, 61, &[])
+                }
+            }
+        };
+        if to_client.write_all(&frame).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The client's frames to the broker; while blocked, from a `basic.publish` on, held until
+/// unblocked (then sent, even if the client has gone).
+async fn up_gated(
+    mut from_client: mpsc::Receiver<Vec<u8>>,
+    mut to_server: impl AsyncWrite + Unpin,
+    gate: &Gate,
+) {
+    let mut blocked = gate.blocked.subscribe();
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    let mut client_gone = false;
+    loop {
+        if client_gone && held.is_empty() {
+            return;
+        }
+        tokio::select! {
+            frame = from_client.recv(), if !client_gone => {
+                let Some(frame) = frame else {
+                    client_gone = true;
+                    continue;
+                };
+                let is_blocked = *blocked.borrow();
+                if is_blocked && is_publish(&frame) {
+                    gate.publishes_while_blocked.fetch_add(1, Ordering::SeqCst);
+                }
+                if !held.is_empty() || (is_blocked && is_publish(&frame)) {
+                    held.push(frame);
+                } else if to_server.write_all(&frame).await.is_err() {
+                    return;
+                }
+            }
+            changed = blocked.changed(), if !held.is_empty() => {
+                if changed.is_err() {
+                    return;
+                }
+                if !*blocked.borrow_and_update() {
+                    for frame in held.drain(..) {
+                        if to_server.write_all(&frame).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A whole method frame on channel 0.
+fn method_frame(class: u16, method: u16, args: &[u8]) -> Vec<u8> {
+    let mut payload = class.to_be_bytes().to_vec();
+    payload.extend_from_slice(&method.to_be_bytes());
+    payload.extend_from_slice(args);
+    let mut frame = vec![FRAME_METHOD, 0, 0];
+    frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&payload);
+    frame.push(FRAME_END);
+    frame
+}
+
+/// `basic.publish` (class 60, method 40).
+fn is_publish(frame: &[u8]) -> bool {
+    frame.first() == Some(&FRAME_METHOD) && frame.get(7..11) == Some(&[0, 60, 0, 40][..])
 }

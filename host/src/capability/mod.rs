@@ -6,6 +6,7 @@
 pub mod capture;
 pub(crate) mod http;
 pub(crate) mod kv;
+mod reason;
 pub(crate) mod sql;
 
 use std::collections::BTreeMap;
@@ -16,7 +17,8 @@ use anyhow::Context as _;
 use wasmtime::component::Linker;
 use wasmtime_wasi_http::WasiHttpView;
 
-use crate::config::{Config, Subscription};
+use self::reason::public_reason;
+use crate::config::{Config, KvBackend, Secret, Subscription};
 use crate::metrics::Metrics;
 
 /// The shape every capability has.
@@ -132,8 +134,9 @@ impl std::fmt::Debug for Granted {
 /// Every store and database of the config, opened once and shared by the subscriptions
 /// granted them.
 pub struct Capabilities {
-    kv: BTreeMap<String, Arc<kv::Store>>,
-    sql: BTreeMap<String, Arc<sql::Database>>,
+    /// Each with the recorder its health goes through.
+    kv: BTreeMap<String, (Arc<kv::Store>, Recorder)>,
+    sql: BTreeMap<String, (Arc<sql::Database>, Recorder)>,
     metrics: Arc<Metrics>,
 }
 
@@ -152,19 +155,22 @@ impl Capabilities {
     pub async fn open(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Capabilities> {
         let mut kv = BTreeMap::new();
         for store in &config.kv {
-            let recorder = Recorder::new(&metrics, "kv", &store.name);
-            let opened = kv::Store::open(store, recorder)
+            let mut recorder = Recorder::new(&metrics, "kv", &store.name);
+            if let KvBackend::Redis { url } = &store.backend {
+                recorder = recorder.hiding(url);
+            }
+            let opened = kv::Store::open(store, recorder.clone())
                 .await
                 .with_context(|| format!("cannot open [kv.{}]", store.name))?;
-            kv.insert(store.name.clone(), Arc::new(opened));
+            kv.insert(store.name.clone(), (Arc::new(opened), recorder));
         }
         let mut sql = BTreeMap::new();
         for db in &config.sql {
-            let recorder = Recorder::new(&metrics, "sql", &db.name);
-            let opened = sql::Database::open(db, recorder)
+            let recorder = Recorder::new(&metrics, "sql", &db.name).hiding(&db.url);
+            let opened = sql::Database::open(db, recorder.clone())
                 .await
                 .with_context(|| format!("cannot open [sql.{}]", db.name))?;
-            sql.insert(db.name.clone(), Arc::new(opened));
+            sql.insert(db.name.clone(), (Arc::new(opened), recorder));
         }
         Ok(Capabilities { kv, sql, metrics })
     }
@@ -181,8 +187,16 @@ impl Capabilities {
         });
         Arc::new(Granted {
             http,
-            kv: g.kv.as_ref().and_then(|n| self.kv.get(n).cloned()),
-            sql: g.sql.as_ref().and_then(|n| self.sql.get(n).cloned()),
+            kv: g
+                .kv
+                .as_ref()
+                .and_then(|n| self.kv.get(n))
+                .map(|(s, _)| s.clone()),
+            sql: g
+                .sql
+                .as_ref()
+                .and_then(|n| self.sql.get(n))
+                .map(|(d, _)| d.clone()),
             outbox: g.outbox.is_some(),
             capture: None,
         })
@@ -197,15 +211,11 @@ impl Capabilities {
 
     /// Asks every store and database whether it answers, and reports it to `/readyz`.
     pub async fn check_health(&self) {
-        for (name, store) in &self.kv {
-            let down = store.ping().await.err();
-            self.metrics
-                .set_capability_health("kv", name, down.as_deref());
+        for (store, recorder) in self.kv.values() {
+            recorder.health(store.ping().await.err().as_deref());
         }
-        for (name, db) in &self.sql {
-            let down = db.ping().await.err();
-            self.metrics
-                .set_capability_health("sql", name, down.as_deref());
+        for (db, recorder) in self.sql.values() {
+            recorder.health(db.ping().await.err().as_deref());
         }
     }
 }
@@ -216,6 +226,8 @@ pub(crate) struct Recorder {
     metrics: Arc<Metrics>,
     capability: &'static str,
     store: Arc<str>,
+    /// Words of the store's URL `/readyz` must not show (see [`Secret::url_words`]).
+    hidden: Arc<[String]>,
 }
 
 impl Recorder {
@@ -224,7 +236,14 @@ impl Recorder {
             metrics: metrics.clone(),
             capability,
             store: store.into(),
+            hidden: Arc::new([]),
         }
+    }
+
+    /// The same recorder, keeping the words of `url` out of `/readyz`.
+    pub fn hiding(mut self, url: &Secret) -> Recorder {
+        self.hidden = url.url_words().into();
+        self
     }
 
     /// A recorder that goes nowhere (unit tests).
@@ -244,9 +263,11 @@ impl Recorder {
             .capability_call(self.capability, &self.store, result, started.elapsed());
     }
 
-    /// The store answered (`None`) or is unavailable (`Some(why)`).
+    /// The store answered (`None`) or is unavailable (`Some(why)`, shown by `/readyz` as
+    /// [`public_reason`] makes it).
     pub fn health(&self, down: Option<&str>) {
+        let shown = down.map(|why| public_reason(why, &self.hidden));
         self.metrics
-            .set_capability_health(self.capability, &self.store, down);
+            .set_capability_health(self.capability, &self.store, shown.as_deref());
     }
 }

@@ -5,6 +5,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use super::secret::Secret;
+
 /// The capabilities one subscription is granted. The default grants nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Grants {
@@ -37,10 +39,14 @@ pub struct HttpGrant {
     pub headers: Vec<OriginHeaders>,
     /// `http_max_response`: the most body bytes a response may have.
     pub max_response: u64,
+    /// `http_max_requests`: the most requests one message may make.
+    pub max_requests: u32,
 }
 
 /// `http_max_response` when unset.
 pub const DEFAULT_HTTP_MAX_RESPONSE: u64 = 8 << 20;
+/// `http_max_requests` when unset.
+pub const DEFAULT_HTTP_MAX_REQUESTS: u32 = 100;
 
 impl Default for HttpGrant {
     fn default() -> Self {
@@ -48,6 +54,7 @@ impl Default for HttpGrant {
             allowed: Vec::new(),
             headers: Vec::new(),
             max_response: DEFAULT_HTTP_MAX_RESPONSE,
+            max_requests: DEFAULT_HTTP_MAX_REQUESTS,
         }
     }
 }
@@ -143,56 +150,5 @@ impl SqlKind {
             SqlKind::Postgres => "postgres",
             SqlKind::MySql => "mysql",
         }
-    }
-}
-
-/// A value that may hold a secret (expanded from `${VAR}`): Debug and Display never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-
-    /// The value itself, for the one place that uses it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// A URL with its password replaced by `***`, for logs and `check` output.
-    pub fn redacted_url(&self) -> String {
-        let url = &self.0;
-        let Some(scheme_end) = url.find("://") else {
-            return url.clone();
-        };
-        let rest = &url[scheme_end + 3..];
-        // The last `@` anywhere: a password holding a raw `/` is hidden too (over-hiding a path
-        // with an `@` in it is the safe mistake).
-        match rest.rfind('@') {
-            Some(at) => {
-                let userinfo = &rest[..at];
-                let user = userinfo.split(':').next().unwrap_or("");
-                let hidden = if userinfo.contains(':') {
-                    format!("{user}:***")
-                } else {
-                    "***".to_string()
-                };
-                format!("{}{hidden}{}", &url[..scheme_end + 3], &rest[at..])
-            }
-            None => url.clone(),
-        }
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
     }
 }

@@ -6,6 +6,7 @@ mod error;
 mod grants;
 mod host_name;
 mod raw;
+mod secret;
 mod units;
 mod validate;
 
@@ -20,11 +21,12 @@ use serde::Deserialize;
 
 pub use error::{ConfigError, Location, Problem, Warning};
 pub use grants::{
-    DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE, DEFAULT_OUTBOX_RETENTION,
-    DEFAULT_SQL_MAX_CONNECTIONS, Grants, HttpGrant, KvBackend, KvStoreConfig, Origin,
-    OriginHeaders, Outbox, Secret, SqlDatabaseConfig, SqlKind,
+    DEFAULT_HTTP_MAX_REQUESTS, DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE,
+    DEFAULT_OUTBOX_RETENTION, DEFAULT_SQL_MAX_CONNECTIONS, Grants, HttpGrant, KvBackend,
+    KvStoreConfig, Origin, OriginHeaders, Outbox, SqlDatabaseConfig, SqlKind,
 };
 pub use host_name::HostName;
+pub use secret::{Secret, redact_url};
 pub use units::MAX_NAME_BYTES;
 
 /// The environment variable that replaces `[broker] url` / `urls`.

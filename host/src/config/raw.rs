@@ -7,8 +7,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::units::{
-    BrokerUrl, ByteSize, Concurrency, DelayLevels, DurationText, InstanceMaxMessages, MaxLength,
-    MaxRetries, Name, PauseAfter, Prefetch, RoutingKey,
+    BrokerUrl, ByteSize, Concurrency, DelayLevels, DurationText, HttpMaxRequests,
+    InstanceMaxMessages, MaxLength, MaxRetries, Name, PauseAfter, Prefetch, RoutingKey,
 };
 use super::{ExchangeType, InstanceMode, QueueType};
 
@@ -144,6 +144,7 @@ macro_rules! with_settings {
             pub pause_after: Option<PauseAfter>,
             pub pause_for: Option<Spanned<DurationText>>,
             pub http_max_response: Option<Spanned<ByteSize>>,
+            pub http_max_requests: Option<HttpMaxRequests>,
         }
     };
 }

@@ -268,6 +268,11 @@ fn broker_url_from_environment_wins() {
             .contains("WORKER_BROKER_URL: expected a broker URL"),
         "{err}"
     );
+    // The parser quotes a URL it cannot read back: never with its password.
+    let err = validate::parse(MINIMAL, &path, Some("amqp:guest:S3CRET@host")).expect_err("bad");
+    let shown = err.to_string();
+    assert!(shown.contains("'amqp:guest:***@host'"), "{shown}");
+    assert!(!shown.contains("S3CRET"), "{shown}");
 }
 
 #[test]
@@ -354,6 +359,7 @@ queue = "q"
 plugin = "echo.wasm"
 allowed_hosts = ["https://API.example.com", "http://127.0.0.1:*"]
 http_max_response = "1MiB"
+http_max_requests = 20
 kv = "cache"
 sql = "orders"
 [subscription.http_headers."https://api.example.com"]
@@ -386,6 +392,7 @@ Authorization = "Bearer ${HOME}"
     assert_eq!(g.kv.as_deref(), Some("cache"));
     assert_eq!(g.sql.as_deref(), Some("orders"));
     assert_eq!(g.http.max_response, 1 << 20);
+    assert_eq!(g.http.max_requests, 20);
     assert!(g.http.allowed[0].matches("https", "api.example.com", 443));
     assert!(!g.http.allowed[0].matches("https", "api.example.com", 8443));
     assert!(!g.http.allowed[0].matches("http", "api.example.com", 443));

@@ -140,6 +140,11 @@ impl BrokerUrl {
         url.parse::<lapin::uri::AMQPUri>()
             .map(|_| ())
             .map_err(|err| {
+                // The parser may quote the whole URL back.
+                let err = match url {
+                    "" => err,
+                    url => err.replace(url, &super::redact_url(url)),
+                };
                 format!("expected a broker URL like \"amqp://user:pass@host:5672/%2f\" ({err})")
             })
     }
@@ -201,6 +206,10 @@ bounded!(
 bounded!(
     /// x-max-length of a queue.
     MaxLength(u64), "max_length", 0, i64::MAX
+);
+bounded!(
+    /// Outgoing HTTP requests one message may make.
+    HttpMaxRequests(u32), "http_max_requests", 1, 10_000
 );
 bounded!(
     /// Retries after the first call.

@@ -1,7 +1,8 @@
 //! One subscription's consumer: prefetch-limited deliveries, `concurrency` handler calls in
 //! flight, and for each message a confirmed republish (retry, failed, plugin publishes) before
 //! the ack. Acks, confirms and handler calls of different messages overlap; acks go out in
-//! batches (see `acks`). A channel error stays the size of a channel: the consumer ends and is
+//! batches (see `acks`). While the broker blocks publishing, no call starts and nothing is
+//! published (the link's publisher holds back). A channel error stays the size of a channel: the consumer ends and is
 //! started again on a fresh channel, and a handler result whose channel died is dropped.
 
 mod acks;
@@ -282,6 +283,13 @@ impl Subscriber {
             let Some(delivery) = delivery else {
                 return Err(self.reader_ended(&run.death, &run.channel, &run.link).await);
             };
+            // While the broker blocks publishing no call starts: its effects could not go out,
+            // and after a shutdown meanwhile its redelivery would run it again. A delivery
+            // dropped here goes back to the queue when the channel closes.
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                _ = run.link.publisher.unblocked() => {}
+            }
             run.acks.received(delivery.delivery_tag);
             let this = self.clone();
             let (link, acks, channel) = (run.link.clone(), run.acks.clone(), run.channel.clone());

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
 use super::{DUE_HEADER, Delayer, ERROR_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER, now_ms};
-use crate::broker::{self, PERSISTENT, Publisher};
+use crate::broker::{self, Blocked, PERSISTENT, Publisher};
 use crate::outcome::{self, DEATH_SUMMARY, text_of};
 
 /// Due messages taken at once: their republishes overlap.
@@ -27,16 +27,17 @@ impl Delayer {
     /// republished, persistent and confirmed, to its original exchange with its original
     /// routing key, properties and headers (minus the delay bookkeeping), then acked. One whose
     /// exchange is gone is parked in the dead queue with `x-delay-error`; one that cannot be
-    /// published for another reason is left for the broker to redeliver. Returns once every
-    /// message it took is settled.
+    /// published for another reason is left for the broker to redeliver. Nothing is published
+    /// while `blocked`. Returns once every message it took is settled.
     pub async fn run_mover(
         &self,
         conn: &Arc<Connection>,
+        blocked: &Blocked,
         cancel: CancellationToken,
     ) -> anyhow::Result<()> {
         let ready = self.ready();
         let (channel, deliveries) = consume_ready(conn, &ready).await?;
-        let publisher = Publisher::new(conn.clone());
+        let publisher = Publisher::new(conn.clone(), blocked.clone());
         let tag = deliveries.tag();
         debug!(queue = %ready, "delay mover consuming");
         let result = match self.move_all(deliveries, &publisher, &cancel).await {
@@ -91,9 +92,14 @@ impl Delayer {
     /// [`Delayer::run_mover`] for the life of `conn`: restarted a second after it fails while
     /// the connection is up; returns when `cancel` fires or the connection is gone (the
     /// service reconnects and calls it again).
-    pub async fn mover_loop(&self, conn: &Arc<Connection>, cancel: CancellationToken) {
+    pub async fn mover_loop(
+        &self,
+        conn: &Arc<Connection>,
+        blocked: &Blocked,
+        cancel: CancellationToken,
+    ) {
         loop {
-            match self.run_mover(conn, cancel.clone()).await {
+            match self.run_mover(conn, blocked, cancel.clone()).await {
                 Ok(()) => return,
                 Err(err) if !conn.status().connected() => {
                     warn!("delay mover stopped with the connection: {err:#}");

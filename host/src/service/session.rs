@@ -5,15 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
+use futures_util::{Stream, StreamExt as _};
 use lapin::Connection;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::consumers::{Consumers, Ended as ConsumerEnded};
 use super::{Service, Shutdown, close_within, config_change};
-use crate::broker::{self, Publisher};
+use crate::broker::{self, Blocked, Publisher};
 use crate::consumer::Link;
 use crate::reload::Change;
 use crate::topology::{Keeper, Plan};
@@ -34,8 +35,11 @@ impl Service {
         plan: Plan,
         shutdown: Shutdown<'_>,
     ) -> Ended {
+        // Listening before reading the status, so no block goes unheard.
+        let events = conn.events_listener();
+        let (blocked_tx, blocked) = Blocked::channel(conn.status().blocked());
         let link = Link {
-            publisher: Arc::new(Publisher::new(conn.clone())),
+            publisher: Arc::new(Publisher::new(conn.clone(), blocked.clone())),
             keeper: Arc::new(Keeper::new(conn.clone(), plan, self.metrics.clone())),
             conn: conn.clone(),
         };
@@ -47,31 +51,22 @@ impl Service {
         }
         info!(subscriptions = consumers.running.len(), "consuming");
         self.count_consumers(&consumers);
-        let helpers = self.start_helpers(&link);
+        let helpers = self.start_helpers(&link, &blocked);
 
-        let ended = self.events(&link, &mut consumers, shutdown).await;
+        let ended = self
+            .events(&link, &mut consumers, (events, &blocked_tx), shutdown)
+            .await;
         self.metrics.set_connected(false);
         helpers.cancel.cancel();
         let mut tasks = helpers.tasks;
-        while tasks.join_next().await.is_some() {}
+        let helpers_ended = async move { while tasks.join_next().await.is_some() {} };
         if ended == Ended::Shutdown {
-            info!("shutting down: draining in-flight messages");
-            let grace = self.state.config.broker.shutdown_timeout;
-            let drain = async {
-                consumers.drain().await;
-                link.publisher.close().await;
-                let _ = conn.close(200, "worker-host stopping".into()).await;
-            };
-            match tokio::time::timeout(grace, drain).await {
-                Ok(()) => info!("drained; bye"),
-                Err(_) => warn!(
-                    "shutdown_timeout ({}) reached: messages not yet settled stay unacked and \
-                     the broker redelivers them",
-                    humantime::format_duration(grace)
-                ),
-            }
+            self.drain(&link, consumers, helpers_ended).await;
             return Ended::Shutdown;
         }
+        // The connection is gone: what waits for a block to lift goes on and fails on it.
+        blocked_tx.send_replace(false);
+        helpers_ended.await;
         self.orphaned.spawn(async move {
             consumers.drain().await;
             close_within(
@@ -85,29 +80,63 @@ impl Service {
         Ended::Lost
     }
 
+    /// Lets in-flight messages settle and closes the connection, for at most
+    /// `shutdown_timeout`: while the broker blocks publishing, what waits to publish never
+    /// ends, and is left unacked for the broker to redeliver.
+    async fn drain(
+        &self,
+        link: &Link,
+        mut consumers: Consumers,
+        helpers_ended: impl Future<Output = ()>,
+    ) {
+        info!("shutting down: draining in-flight messages");
+        let grace = self.state.config.broker.shutdown_timeout;
+        let drain = async {
+            tokio::join!(helpers_ended, consumers.drain());
+            link.publisher.close().await;
+            let _ = link.conn.close(200, "worker-host stopping".into()).await;
+        };
+        match tokio::time::timeout(grace, drain).await {
+            Ok(()) => info!("drained; bye"),
+            Err(_) => warn!(
+                "shutdown_timeout ({}) reached: messages not yet settled stay unacked and \
+                 the broker redelivers them",
+                humantime::format_duration(grace)
+            ),
+        }
+    }
+
     /// The delay mover and the topology keeper of this connection.
-    fn start_helpers(&self, link: &Link) -> Helpers {
+    fn start_helpers(&self, link: &Link, blocked: &Blocked) -> Helpers {
         let cancel = CancellationToken::new();
         let mut tasks = JoinSet::new();
         let every = self.state.config.broker.topology_check;
         tasks.spawn(link.keeper.clone().run(every, cancel.clone()));
         if let Some(delayer) = self.state.delayer.clone() {
-            let (conn, cancel) = (link.conn.clone(), cancel.clone());
-            tasks.spawn(async move { delayer.mover_loop(&conn, cancel).await });
+            let (conn, blocked, cancel) = (link.conn.clone(), blocked.clone(), cancel.clone());
+            tasks.spawn(async move { delayer.mover_loop(&conn, &blocked, cancel).await });
         }
         Helpers { cancel, tasks }
     }
 
-    /// Handles the session's events until shutdown or the connection is lost.
+    /// Handles the session's events until shutdown or the connection is lost; the broker's
+    /// blocks go to `blocked` (true while it blocks publishing).
     async fn events(
         &mut self,
         link: &Link,
         consumers: &mut Consumers,
+        (mut events, blocked): (
+            impl Stream<Item = lapin::Event> + Unpin,
+            &watch::Sender<bool>,
+        ),
         mut shutdown: Shutdown<'_>,
     ) -> Ended {
         // Connection errors reach the consumers only once their in-flight calls end; this
         // hears them at once, so readiness drops and the reconnect starts without waiting.
-        let mut events = link.conn.events_listener();
+        if *blocked.borrow() {
+            self.metrics
+                .set_blocked(Some("blocked when the connection opened"));
+        }
         loop {
             tokio::select! {
                 _ = &mut shutdown => return Ended::Shutdown,
@@ -122,12 +151,17 @@ impl Service {
                         return Ended::Lost;
                     }
                     lapin::Event::ConnectionBlocked(reason) => {
-                        warn!("RabbitMQ blocks publishing (confirms wait until it unblocks): {reason}");
+                        warn!(
+                            "RabbitMQ blocks publishing: no handler call starts and nothing is \
+                             published until it unblocks: {reason}"
+                        );
                         self.metrics.set_blocked(Some(&reason));
+                        blocked.send_replace(true);
                     }
                     lapin::Event::ConnectionUnblocked => {
                         info!("RabbitMQ unblocked publishing");
                         self.metrics.set_blocked(None);
+                        blocked.send_replace(false);
                     }
                     _ => {}
                 },

@@ -21,7 +21,7 @@ use crate::common;
 
 /// One request a test server received.
 #[derive(Debug, Clone)]
-struct Hit {
+pub(crate) struct Hit {
     port: u16,
     path: String,
     headers: Vec<(String, String)>,
@@ -39,16 +39,16 @@ impl Hit {
 
 /// Every request the test servers received, in order.
 #[derive(Clone, Default)]
-struct Hits(Arc<Mutex<Vec<Hit>>>);
+pub(crate) struct Hits(Arc<Mutex<Vec<Hit>>>);
 
 impl Hits {
-    fn all(&self) -> Vec<Hit> {
+    pub(crate) fn all(&self) -> Vec<Hit> {
         self.0.lock().expect("hits").clone()
     }
 }
 
 /// Starts a test server on 127.0.0.1 (a free port) that records into `hits`.
-async fn serve(hits: Hits) -> SocketAddr {
+pub(crate) async fn serve(hits: Hits) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind a test server");
@@ -101,11 +101,11 @@ async fn answer(State((hits, port)): State<(Hits, u16)>, req: Request) -> Respon
     }
 }
 
-fn get(url: String) -> Value {
+pub(crate) fn get(url: String) -> Value {
     json!({"http": "GET", "url": url})
 }
 
-fn url(port: u16, path: &str) -> String {
+pub(crate) fn url(port: u16, path: &str) -> String {
     format!("http://127.0.0.1:{port}{path}")
 }
 
@@ -270,4 +270,57 @@ async fn requests_go_only_where_the_grant_says_with_the_hosts_headers() {
     probe.stop().await;
     // Last, so a failure here leaves every check above done.
     check_body_cut_short(&report);
+}
+
+/// A plugin makes at most `http_max_requests` (default 100) requests per message: of 1,000 GETs
+/// in one message exactly 100 reach the server and the rest get an error, with one warning in
+/// the log naming the plugin; the next message has its own 100.
+#[tokio::test]
+async fn a_message_makes_at_most_http_max_requests_requests() {
+    let hits = Hits::default();
+    let a = serve(hits.clone()).await.port();
+    let state = tempfile::tempdir().expect("state dir");
+    let subs = [Sub::new(
+        "many",
+        &format!("allowed_hosts = [\"http://127.0.0.1:{a}\"]\ntimeout = \"60s\"\nmax_retries = 0"),
+    )];
+    let mut probe = Probe::start_child("cap-http-many", &subs, state.path(), "", &[]).await;
+    let steps: Vec<Value> = (0..1000).map(|_| get(url(a, "/hello"))).collect();
+    let report = probe.run("many", script("many", json!(steps))).await;
+    let names = outcomes(&report);
+    assert_eq!(names.len(), 1000);
+    assert!(
+        names[..100].iter().all(|n| n == "ok"),
+        "{:?}",
+        &names[..100]
+    );
+    assert!(
+        names[100..].iter().all(|n| n == "unavailable"),
+        "{:?}",
+        &names[100..110]
+    );
+    assert!(
+        results(&report)[100]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("ConnectionLimitReached")),
+        "{}",
+        results(&report)[100]
+    );
+    assert_eq!(hits.all().len(), 100, "requests that reached the server");
+
+    let again = probe.run("many", script("again", json!(steps[..5]))).await;
+    assert_eq!(outcomes(&again), ["ok"; 5], "a new message, a new budget");
+    assert_eq!(hits.all().len(), 105);
+    let log = probe.log();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("http_max_requests"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning for the message:\n{log}");
+    assert!(
+        warnings[0].contains(PROBE) && warnings[0].contains("WARN"),
+        "{}",
+        warnings[0]
+    );
+    probe.stop().await;
 }

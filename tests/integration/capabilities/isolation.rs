@@ -211,7 +211,7 @@ async fn isolation_the_sweeper_checks_the_publish_list_again() {
         .send_with("sw", &script("first", json!([])), props)
         .await;
     probe.report("first").await;
-    probe.stop_child().await;
+    assert!(probe.terminate().await.success(), "worker-host did not stop cleanly");
     db.exec(&format!(
         "INSERT INTO worker_inbox (queue, message_id, handled_at) VALUES ('{queue}', 'old', 0)"
     ))

@@ -155,6 +155,11 @@ impl ChildHost {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Its worker.toml.
+    pub(crate) fn config_path(&self) -> &Path {
+        &self.config
+    }
+
     /// Fails the test when the process has exited.
     pub(crate) fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
@@ -230,8 +235,20 @@ impl Probe {
         tables: &str,
         env: &[(&str, &str)],
     ) -> Probe {
+        Probe::start_child_edited(test, subs, state, tables, env, |toml| toml).await
+    }
+
+    /// [`Probe::start_child`] with worker.toml changed by `edit` (a `[broker]` key, say).
+    pub async fn start_child_edited(
+        test: &str,
+        subs: &[Sub],
+        state: &Path,
+        tables: &str,
+        env: &[(&str, &str)],
+        edit: impl FnOnce(String) -> String,
+    ) -> Probe {
         let n = Names::new(test);
-        let host = ChildHost::start(|_| worker_toml(&n, subs, state, tables), env);
+        let host = ChildHost::start(|_| edit(worker_toml(&n, subs, state, tables)), env);
         Probe::ready(n, subs, Runner::Child(host)).await
     }
 
@@ -273,6 +290,14 @@ impl Probe {
                     .expect("the service's worker.toml")
                     .0
             }
+        }
+    }
+
+    /// The child's worker.toml (a child's only).
+    pub fn config_path(&self) -> PathBuf {
+        match &self.runner {
+            Runner::Child(host) => host.config_path().to_owned(),
+            Runner::InProcess(_) => panic!("not a child process"),
         }
     }
 
@@ -330,13 +355,16 @@ impl Probe {
         .await
     }
 
-    /// SIGTERM to the child and waits for its clean exit; [`Probe::restart_child`] starts it
-    /// again.
-    pub async fn stop_child(&mut self) {
-        let Runner::Child(host) = &mut self.runner else {
+    /// SIGTERM to the child; waits for it to exit and returns its status.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let Runner::Child(host) = &self.runner else {
             panic!("not a child process");
         };
-        host.stop().await;
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(host.child.id().to_string())
+            .status();
+        self.exited().await
     }
 
     /// Starts the binary again after it exited: same config, names and state, with `env`.

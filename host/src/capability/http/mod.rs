@@ -1,7 +1,9 @@
 //! Outbound HTTP (`wasi:http/outgoing-handler`): every request of the guest decided by the host
-//! against the subscription's `allowed_hosts` (SPEC section 9), then sent by the host itself.
-//! A refusal or failure reaches the guest as a wasi:http error code, never as a trap.
+//! against the subscription's `allowed_hosts` (SPEC section 9), then sent by the host itself,
+//! within the message's budget (`http_max_requests`, 8 open at once: see `budget`). A refusal
+//! or failure reaches the guest as a wasi:http error code, never as a trap.
 
+mod budget;
 mod policy;
 mod send;
 #[cfg(test)]
@@ -21,6 +23,7 @@ use wasmtime_wasi_http::{
     Error, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
 };
 
+use self::budget::{Budget, open_slot};
 use self::policy::{Policy, Refusal, Target};
 use self::send::{Io, Limits};
 use super::capture::Capture;
@@ -32,6 +35,8 @@ use crate::telemetry;
 pub(crate) struct Grant {
     policy: Policy,
     recorder: Recorder,
+    /// `http_max_requests`.
+    max_requests: u32,
 }
 
 impl Grant {
@@ -39,6 +44,7 @@ impl Grant {
         Grant {
             policy: Policy::new(config),
             recorder,
+            max_requests: config.max_requests,
         }
     }
 }
@@ -69,9 +75,14 @@ impl Capability for Instance {
     }
 
     fn begin(&mut self, grant: Option<Arc<Grant>>, scope: &Scope) {
+        // Without a grant every request is refused, each with a warning: counted all the same.
+        let budget = grant
+            .as_ref()
+            .map_or_else(Budget::default, |g| Budget::new(g.max_requests));
         self.hooks = Hooks {
             grant,
             scope: Some(scope.clone()),
+            budget,
         };
     }
 
@@ -86,6 +97,7 @@ impl Capability for Instance {
 struct Hooks {
     grant: Option<Arc<Grant>>,
     scope: Option<Scope>,
+    budget: Budget,
 }
 
 type IoFuture = Box<dyn Future<Output = Result<(), Error>> + Send>;
@@ -112,12 +124,26 @@ impl WasiHttpHooks for Hooks {
             error.type = tracing::field::Empty,
         );
         let traced = span.clone();
+        let counted = scope.as_ref().map(|scope| self.budget.take(scope));
+        let slots = self.budget.slots();
         let work = async move {
             // No scope means no message is running (begin was not called): nothing may go out.
-            let Some(scope) = scope else {
+            let (Some(scope), Some(counted)) = (scope, counted) else {
                 return Err(Error::HttpRequestDenied);
             };
+            if !counted {
+                return Err(Error::ConnectionLimitReached);
+            }
+            let deadline = tokio::time::Instant::from_std(scope.deadline);
+            let slot = open_slot(slots, deadline).await?;
             let (res, io) = handle(request, grant.as_deref(), &scope, options).await?;
+            // The slot is free again once the connection ends: the response read to its end,
+            // dropped, or cut at the deadline.
+            let io = async move {
+                let ended = io.await;
+                drop(slot);
+                ended
+            };
             Ok((res, Box::new(io) as IoFuture))
         };
         Box::new(

@@ -124,6 +124,7 @@ fn grant(allowed: &[&str]) -> HttpGrant {
         allowed: allowed.iter().map(|o| origin(o)).collect(),
         headers: Vec::new(),
         max_response: CAP as u64,
+        ..HttpGrant::default()
     }
 }
 

@@ -1,7 +1,8 @@
 //! The Redis backend: a connection manager that connects on first use and again after the
 //! connection is lost, so a server that is down only makes calls answer `unavailable`. Keys
 //! are `kv:{store}:{key}`; compare-and-swap is a Lua script (EVALSHA), the rest single
-//! commands, so every operation is atomic. The URL is a secret: messages show it redacted.
+//! commands, so every operation is atomic. The URL is a secret: errors show it redacted, and
+//! what `/readyz` hears (ping, call failures) names no URL.
 
 use std::time::Duration;
 
@@ -43,8 +44,6 @@ pub(super) struct Redis {
     /// `kv:{store}:`
     prefix: String,
     cas: Script,
-    /// For `/readyz`: the URL without its password.
-    redacted: String,
 }
 
 impl Redis {
@@ -65,7 +64,6 @@ impl Redis {
             manager,
             prefix: format!("kv:{store}:"),
             cas: Script::new(CAS),
-            redacted,
         })
     }
 
@@ -76,11 +74,8 @@ impl Redis {
         let ping = cmd.query_async::<String>(&mut conn);
         match tokio::time::timeout(PING_TIMEOUT, ping).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!("{}: {e}", self.redacted)),
-            Err(_) => Err(format!(
-                "{}: no answer to PING within {PING_TIMEOUT:?}",
-                self.redacted
-            )),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer to PING within {PING_TIMEOUT:?}")),
         }
     }
 

@@ -135,7 +135,7 @@ impl Database {
         let deadline = Instant::now() + PING_TIMEOUT;
         let result = self.connected(deadline, First::Ping).await.map(drop);
         self.down.store(result.is_err(), Ordering::Relaxed);
-        result.map_err(|f| format!("{}: {}", self.url.redacted_url(), error::message(&f.error)))
+        result.map_err(|f| super::reason::without_url(error::message(&f.error), &self.url))
     }
 
     /// A connection that has begun a transaction or answered `SELECT 1`. A pooled connection the server closed since (restart, idle limit) fails

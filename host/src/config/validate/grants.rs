@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 
 use super::super::grants::{
-    DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE, DEFAULT_OUTBOX_RETENTION,
-    DEFAULT_SQL_MAX_CONNECTIONS, Grants, HttpGrant, KvBackend, KvStoreConfig, Origin,
-    OriginHeaders, Outbox, Secret, SqlDatabaseConfig, SqlKind,
+    DEFAULT_HTTP_MAX_REQUESTS, DEFAULT_HTTP_MAX_RESPONSE, DEFAULT_KV_MAX_VALUE,
+    DEFAULT_OUTBOX_RETENTION, DEFAULT_SQL_MAX_CONNECTIONS, Grants, HttpGrant, KvBackend,
+    KvStoreConfig, Origin, OriginHeaders, Outbox, SqlDatabaseConfig, SqlKind,
 };
 use super::super::raw::{KvBackendKind, RawKv, RawSql};
+use super::super::secret::Secret;
 use super::*;
 
 /// The largest value a store may be configured to accept: Redis's own limit.
@@ -268,10 +269,15 @@ impl Checker<'_> {
             .as_ref()
             .or(defaults.http_max_response.as_ref())
             .map_or(DEFAULT_HTTP_MAX_RESPONSE, |s| s.get_ref().0);
+        let max_requests = sub
+            .http_max_requests
+            .or(defaults.http_max_requests)
+            .map_or(DEFAULT_HTTP_MAX_REQUESTS, |n| n.0);
         HttpGrant {
             allowed,
             headers,
             max_response,
+            max_requests,
         }
     }
 

@@ -24,6 +24,10 @@ pub(crate) const MAX_TABLES: usize = 64;
 pub(crate) const MAX_MEMORIES: usize = 8;
 /// Elements of one table: an interpreter's function table is far larger than a v1 module's.
 pub(crate) const MAX_TABLE_ELEMENTS: u32 = 100_000;
+/// Resources (streams, HTTP requests and responses, pollables, ...) the guest may hold at once,
+/// a tenth of wasmtime's default: past it a new one traps the call instead of growing the
+/// host's memory. The language runtimes hold a few dozen.
+pub(crate) const MAX_RESOURCES: usize = 100_000;
 
 pub(crate) struct CState {
     pub input: Arc<Input>,
@@ -64,7 +68,11 @@ impl CState {
             },
             deadline,
             wasi,
-            table: ResourceTable::new(),
+            table: {
+                let mut table = ResourceTable::new();
+                table.set_max_capacity(MAX_RESOURCES);
+                table
+            },
             capabilities: Instances::default(),
             stdout,
             stderr,
