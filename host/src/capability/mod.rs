@@ -204,7 +204,7 @@ impl Capabilities {
 
     /// Lets what the databases still do for the host end (cancels of timed-out statements).
     pub async fn close(&self) {
-        for db in self.sql.values() {
+        for (db, _) in self.sql.values() {
             db.close().await;
         }
     }
