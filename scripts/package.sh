@@ -22,9 +22,10 @@ ensure_cargo_deb() {
     return 0
   fi
   echo "== building cargo-deb $CARGO_DEB_VERSION into $CARGO_DEB_ROOT (once)" >&2
-  # Its own target dir (a temporary one), not the project's.
-  env -u CARGO_TARGET_DIR cargo install --quiet --locked --force --version "=$CARGO_DEB_VERSION" \
-    --root "$CARGO_DEB_ROOT" cargo-deb
+  # Its own target dir (a temporary one), not the project's. LZMA_API_STATIC: liblzma built from
+  # the crate's bundled source, the same on every machine, instead of probed with pkg-config.
+  env -u CARGO_TARGET_DIR LZMA_API_STATIC=1 cargo install --quiet --locked --force \
+    --version "=$CARGO_DEB_VERSION" --root "$CARGO_DEB_ROOT" cargo-deb
 }
 
 # The SDKs and the WIT contract, as committed (git ls-files), into packaging/.staged/share: what
