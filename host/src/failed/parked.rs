@@ -66,7 +66,7 @@ pub(crate) fn digest(props: &BasicProperties, body: &[u8]) -> String {
     if let Some(headers) = props.headers().as_ref()
         && REDELIVERY_COUNTS
             .iter()
-            .any(|name| headers.contains_key(*name))
+            .any(|name| headers.contains_key(name))
     {
         let kept: std::collections::BTreeMap<_, _> = headers
             .inner()
