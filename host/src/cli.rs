@@ -73,7 +73,7 @@ pub enum Command {
     NewPlugin {
         /// The plugin's name (lowercase letters, digits and single dashes).
         name: String,
-        /// Where to create it.
+        /// The plugins workspace to create it in (made when missing or empty).
         #[arg(long, default_value = "plugins")]
         dir: PathBuf,
         /// Its language.

@@ -125,6 +125,7 @@ impl PluginSet {
         info!(
             plugin = plugin.name(),
             version = plugin.short_sha(),
+            how = %plugin.loaded(),
             "plugin loaded"
         );
         let mut slots = self.lock();

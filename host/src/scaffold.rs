@@ -53,9 +53,10 @@ fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
 ///
 /// `plugins_dir` must be the plugins cargo workspace (its Cargo.toml has `[workspace]` with
 /// `members = ["*"]`), so a Rust crate joins it without editing anything; a Python or JavaScript
-/// folder has no Cargo.toml, so it is added to the workspace's `exclude` list instead. NAME is
-/// lowercase letters, digits and single dashes; the built file will be `NAME` with `_` for `-`,
-/// `.wasm`.
+/// folder has no Cargo.toml, so it is added to the workspace's `exclude` list instead. A missing
+/// or empty `plugins_dir` becomes such a workspace first, so a plugin can be started in any
+/// folder. NAME is lowercase letters, digits and single dashes; the built file will be `NAME`
+/// with `_` for `-`, `.wasm`.
 pub fn new_plugin(plugins_dir: &Path, name: &str, lang: Lang) -> anyhow::Result<PathBuf> {
     if !valid_name(name) {
         bail!(
@@ -63,6 +64,12 @@ pub fn new_plugin(plugins_dir: &Path, name: &str, lang: Lang) -> anyhow::Result<
         );
     }
     let workspace = plugins_dir.join("Cargo.toml");
+    if is_missing_or_empty(plugins_dir) {
+        fs::create_dir_all(plugins_dir)
+            .with_context(|| format!("cannot create {}", plugins_dir.display()))?;
+        fs::write(&workspace, WORKSPACE)
+            .with_context(|| format!("cannot write {}", workspace.display()))?;
+    }
     let manifest = fs::read_to_string(&workspace).with_context(|| {
         format!(
             "{} is not a plugins workspace (no Cargo.toml)",
@@ -147,25 +154,58 @@ fn valid_name(name: &str) -> bool {
         && !name.contains("--")
 }
 
+/// The manifest of a new plugins workspace.
+const WORKSPACE: &str = include_str!("../../scripts/plugin-template/workspace/Cargo.toml.tmpl");
+
+fn is_missing_or_empty(dir: &Path) -> bool {
+    match fs::read_dir(dir) {
+        Ok(mut entries) => entries.next().is_none(),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
 /// The repository root as written in the new project: relative for the repository layout
-/// (`plugins/` beside `plugin-sdk/`), else the root this build came from.
+/// (`plugins/` beside `plugin-sdk/`), else the installed SDK, else the root this build came from.
 fn root_path(plugins_dir: &Path) -> anyhow::Result<String> {
+    let built_with = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let installed = installed_root();
+    let candidates: Vec<&Path> = installed
+        .iter()
+        .map(PathBuf::as_path)
+        .chain([built_with.as_path()])
+        .collect();
+    sdk_root(plugins_dir, &candidates)
+}
+
+/// Where a package installs the SDK: `../share/worker-host` from the binary's folder, so
+/// `/usr/share/worker-host` for `/usr/bin/worker-host`.
+fn installed_root() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.join("share/worker-host"))
+}
+
+/// `../..` when `plugins_dir` sits beside `plugin-sdk/`, else the first of `candidates` that
+/// holds `plugin-sdk/`, as an absolute path.
+fn sdk_root(plugins_dir: &Path, candidates: &[&Path]) -> anyhow::Result<String> {
     if plugins_dir.join("../plugin-sdk/Cargo.toml").is_file() {
         return Ok("../..".to_owned());
     }
-    let built_with = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let root = built_with
-        .join("plugin-sdk")
-        .canonicalize()
-        .map(|sdk| sdk.parent().map(Path::to_path_buf).unwrap_or(sdk))
-        .with_context(|| {
-            format!(
-                "cannot find the plugin SDK beside {} or at {}",
-                plugins_dir.display(),
-                built_with.join("plugin-sdk").display()
-            )
-        })?;
-    Ok(root.to_string_lossy().into_owned())
+    for root in candidates {
+        if let Ok(sdk) = root.join("plugin-sdk/Cargo.toml").canonicalize()
+            && let Some(root) = sdk.parent().and_then(Path::parent)
+        {
+            return Ok(root.to_string_lossy().into_owned());
+        }
+    }
+    let looked: Vec<String> = candidates
+        .iter()
+        .map(|root| root.join("plugin-sdk").display().to_string())
+        .collect();
+    bail!(
+        "cannot find the plugin SDK beside {} or at {}",
+        plugins_dir.display(),
+        looked.join(", ")
+    )
 }
 
 fn render(template: &str, name: &str, root: &str) -> String {
@@ -282,7 +322,43 @@ mod tests {
     #[test]
     fn refuses_a_folder_that_is_not_the_plugins_workspace() {
         let root = tempfile::tempdir().unwrap();
+        fs::write(root.path().join("notes.txt"), "mine").unwrap();
         let err = new_plugin(root.path(), "x", Lang::Js).unwrap_err();
         assert!(err.to_string().contains("not a plugins workspace"));
+    }
+
+    #[test]
+    fn a_missing_folder_becomes_a_plugins_workspace() {
+        let root = tempfile::tempdir().unwrap();
+        let plugins = root.path().join("elsewhere/plugins");
+        new_plugin(&plugins, "py-one", Lang::Python).unwrap();
+        let manifest = fs::read_to_string(plugins.join("Cargo.toml")).unwrap();
+        assert!(manifest.contains("members = [\"*\"]"), "{manifest}");
+        assert!(
+            manifest.contains("exclude = [\"target\", \"py-one\"]"),
+            "{manifest}"
+        );
+    }
+
+    #[test]
+    fn outside_the_repository_the_sdk_is_the_installed_one() {
+        let plugins = tempfile::tempdir().unwrap();
+        let share = tempfile::tempdir().unwrap();
+        let missing = share.path().join("nothing-here");
+        // Nothing beside the plugins folder, no SDK in the first candidate: the second one.
+        let err = sdk_root(plugins.path(), &[&missing]).unwrap_err();
+        assert!(
+            err.to_string().contains("cannot find the plugin SDK"),
+            "{err}"
+        );
+        fs::create_dir_all(share.path().join("plugin-sdk")).unwrap();
+        fs::write(share.path().join("plugin-sdk/Cargo.toml"), "").unwrap();
+        let root = sdk_root(plugins.path(), &[&missing, share.path()]).unwrap();
+        assert_eq!(Path::new(&root), share.path().canonicalize().unwrap());
+        let cargo = render(templates(Lang::Rust)[0].1, "x", &root);
+        assert!(
+            cargo.contains(&format!("path = \"{root}/plugin-sdk\"")),
+            "{cargo}"
+        );
     }
 }

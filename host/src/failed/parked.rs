@@ -15,9 +15,10 @@ pub const DIGEST_PREFIX: &str = "sha256:";
 /// Hex characters of the digest kept in an id (64 bits).
 const DIGEST_HEX: usize = 16;
 
-/// Header quorum queues set on every redelivery; it changes on each `failed list`, so the digest
-/// leaves it out.
-const DELIVERY_COUNT: &str = "x-delivery-count";
+/// Headers quorum queues set on every redelivery (`x-delivery-count`) and, from RabbitMQ 4.0,
+/// on every acquisition (`x-acquired-count`); they change on each `failed list`, so the digest
+/// leaves them out.
+const REDELIVERY_COUNTS: [&str; 2] = ["x-delivery-count", "x-acquired-count"];
 
 /// One parked message as the `failed` commands see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,17 +59,19 @@ pub(crate) fn id(props: &BasicProperties, body: &[u8]) -> String {
 }
 
 /// `sha256:` and the first 16 hex of SHA-256 over the properties as the broker sent them
-/// (headers included, `x-delivery-count` left out) followed by the body. Nothing in it changes
+/// (headers included, the redelivery counts left out) followed by the body. Nothing in it changes
 /// when the message is fetched and put back, so it is stable across listings.
 pub(crate) fn digest(props: &BasicProperties, body: &[u8]) -> String {
     let mut props = props.clone();
     if let Some(headers) = props.headers().as_ref()
-        && headers.contains_key(DELIVERY_COUNT)
+        && REDELIVERY_COUNTS
+            .iter()
+            .any(|name| headers.contains_key(name))
     {
         let kept: std::collections::BTreeMap<_, _> = headers
             .inner()
             .iter()
-            .filter(|(name, _)| name.as_str() != DELIVERY_COUNT)
+            .filter(|(name, _)| !REDELIVERY_COUNTS.contains(&name.as_str()))
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect();
         props = props.with_headers(kept.into());
@@ -141,7 +144,7 @@ mod tests {
     }
 
     #[test]
-    fn the_digest_covers_body_and_headers_but_not_the_delivery_count() {
+    fn the_digest_covers_body_and_headers_but_not_the_redelivery_counts() {
         let mut h = FieldTable::default();
         h.insert("mine".into(), outcome::text("a"));
         let base = digest(&props(h.clone()), b"body");
@@ -153,8 +156,11 @@ mod tests {
         changed.insert("mine".into(), outcome::text("b"));
         assert_ne!(base, digest(&props(changed), b"body"), "headers count");
 
-        let mut counted = h.clone();
-        counted.insert(DELIVERY_COUNT.into(), AMQPValue::LongLongInt(3));
-        assert_eq!(base, digest(&props(counted), b"body"), "redelivery ignored");
+        // RabbitMQ 3.x quorum queues add the first, 4.x both.
+        for name in REDELIVERY_COUNTS {
+            let mut counted = h.clone();
+            counted.insert(name.into(), AMQPValue::LongLongInt(3));
+            assert_eq!(base, digest(&props(counted), b"body"), "{name} ignored");
+        }
     }
 }

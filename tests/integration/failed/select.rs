@@ -121,7 +121,8 @@ async fn replay_drops_the_broker_dead_letter_headers() {
     s.cleanup().await;
 }
 
-/// Quorum queues add `x-delivery-count` on every redelivery and keep returned messages apart:
+/// Quorum queues add `x-delivery-count` (and from RabbitMQ 4.0 `x-acquired-count`) on every
+/// redelivery and keep returned messages apart:
 /// ids stay stable and the messages left parked keep their order all the same.
 #[tokio::test]
 async fn a_quorum_failed_queue_keeps_ids_and_order() {
