@@ -15,6 +15,7 @@ mod descriptors;
 mod failed;
 mod faults;
 mod forwarder;
+mod logs;
 mod orders;
 mod plugins;
 mod poison;
