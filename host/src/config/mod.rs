@@ -4,6 +4,8 @@
 
 mod error;
 mod grants;
+#[cfg(test)]
+mod keys;
 mod raw;
 mod units;
 mod validate;
