@@ -12,6 +12,7 @@ mod console;
 mod consumer;
 mod delay;
 mod descriptors;
+mod docs;
 mod failed;
 mod faults;
 mod forwarder;
