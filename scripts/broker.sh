@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Makes sure a RabbitMQ broker answers on 127.0.0.1:5672: installs it (Debian) when missing,
 # starts it when stopped. Sourced by the other scripts; also runnable on its own.
+#
+# A broker found running is used as it is: its settings (consumer_timeout, alarms, ...) are
+# changed only on a broker this script started itself (BROKER_STARTED=1 then). scripts/test.sh
+# resets them on any broker, as its tests change them (reset_broker below).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/packages.sh"
+
+# 1 once ensure_broker has started the broker (or its stopped application) itself.
+BROKER_STARTED=0
 
 broker_answers() {
   (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null
@@ -10,9 +17,9 @@ broker_answers() {
 
 ensure_broker() {
   if broker_answers; then
-    reset_broker
     return 0
   fi
+  BROKER_STARTED=1
   # A run killed between the tests' `stop_app` and `start_app` leaves the node up, its port shut.
   if command -v rabbitmqctl >/dev/null 2>&1 && timeout -s KILL 30 rabbitmqctl -q ping >/dev/null 2>&1; then
     echo "== starting RabbitMQ's application (node up, app stopped: rabbitmqctl start_app)" >&2
@@ -37,10 +44,12 @@ ensure_broker() {
   reset_broker
 }
 
-# Undoes what a killed test run can leave on the shared broker: the consumer timeout lowered to
-# a second (broker_global_consumer_timeout_*) and a memory alarm raised by hand
+# Undoes what a killed test run can leave on the broker: the consumer timeout lowered to a
+# second (broker_global_consumer_timeout_*) and a memory alarm raised by hand
 # (broker_global_blocked_*). Each test restores them when it ends, but not when it is killed. (A
 # real memory alarm cleared here fails the tests either way: the machine is out of memory.)
+# Run on a broker ensure_broker started (a node left by a killed run keeps its settings), and
+# by scripts/test.sh on any broker.
 reset_broker() {
   local timeout
   timeout=$(timeout -s KILL 30 rabbitmqctl -q eval 'application:get_env(rabbit, consumer_timeout).' 2>/dev/null || true)

@@ -31,6 +31,9 @@ step() {
 
 ensure_cargo
 ensure_broker
+# The tests lower RabbitMQ's consumer_timeout and raise alarms (then restore them): undo what a
+# killed run left, on whichever broker they use.
+reset_broker
 ensure_services
 ensure_packages tests browser
 step "building plugins from source" scripts/build-plugins.sh

@@ -130,7 +130,9 @@ fn init_tracing(
     if let Ok(quiet) = "sqlx_postgres::options::parse=off".parse() {
         filter = filter.add_directive(quiet);
     }
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour(format));
     let fmt = match format {
         LogFormat::Text => fmt.with_filter(filter).boxed(),
         LogFormat::Json => fmt.json().with_filter(filter).boxed(),
@@ -157,6 +159,14 @@ fn init_tracing(
         tracing::warn!("tracing is off: {err:#}");
     }
     telemetry
+}
+
+/// Whether log lines are coloured: text written to a terminal, and `NO_COLOR` unset or empty
+/// (no-color.org). A file, a pipe or the journal gets no escape codes.
+fn colour(format: LogFormat) -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    format == LogFormat::Text && !no_color && std::io::stderr().is_terminal()
 }
 
 /// Resolves on the first SIGTERM or SIGINT; a second one exits at once.

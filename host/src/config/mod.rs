@@ -5,6 +5,8 @@
 mod error;
 mod grants;
 mod host_name;
+#[cfg(test)]
+mod keys;
 mod raw;
 mod secret;
 mod units;

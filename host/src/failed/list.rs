@@ -4,7 +4,6 @@ use std::io::Write;
 
 use anyhow::Context as _;
 use lapin::BasicProperties;
-use lapin::message::Delivery;
 use serde_json::{Map, Value, json};
 
 use super::parked::{Parked, header_json};
@@ -43,7 +42,15 @@ pub async fn list_with(
         (&failed, name),
         selection,
         out,
-        |picked| async move { describe(&picked.parked, &picked.message.delivery, preview) },
+        |picked| async move {
+            let delivery = &picked.message.delivery;
+            let shown = Shown {
+                routing_key: delivery.routing_key.as_str(),
+                properties: &delivery.properties,
+                body: &delivery.data,
+            };
+            describe(&picked.parked, &shown, preview)
+        },
     )
     .await
 }
@@ -94,10 +101,17 @@ fn written(result: std::io::Result<()>) -> anyhow::Result<bool> {
     }
 }
 
+/// What `failed list` shows of a fetched message.
+struct Shown<'a> {
+    routing_key: &'a str,
+    properties: &'a BasicProperties,
+    body: &'a [u8],
+}
+
 /// The JSON line `failed list` prints for one message.
 /// A body that is not UTF-8 text also comes as `body_hex`.
-pub(crate) fn describe(parked: &Parked, delivery: &Delivery, preview: usize) -> Value {
-    let props = &delivery.properties;
+fn describe(parked: &Parked, delivery: &Shown<'_>, preview: usize) -> Value {
+    let props = delivery.properties;
     let headers = props.headers().as_ref();
     let all: Map<String, Value> = headers
         .map(|h| h.inner().iter())
@@ -105,7 +119,7 @@ pub(crate) fn describe(parked: &Parked, delivery: &Delivery, preview: usize) -> 
         .flatten()
         .map(|(name, value)| (name.as_str().to_string(), header_json(value)))
         .collect();
-    let body = &delivery.data;
+    let body = delivery.body;
     let shown = &body[..body.len().min(preview)];
     let hex = std::str::from_utf8(shown)
         .is_err()
@@ -117,8 +131,8 @@ pub(crate) fn describe(parked: &Parked, delivery: &Delivery, preview: usize) -> 
         "cause": parked.cause,
         "plugin": header(outcome::PLUGIN),
         "plugin_sha256": header(outcome::PLUGIN_SHA256),
-        "routing_key": delivery.routing_key.as_str(),
-        "original_routing_key": outcome::original_routing_key(headers, delivery.routing_key.as_str()),
+        "routing_key": delivery.routing_key,
+        "original_routing_key": outcome::original_routing_key(headers, delivery.routing_key),
         "properties": properties(props),
         "headers": all,
         "size": body.len(),
@@ -166,6 +180,51 @@ mod tests {
         assert_eq!(
             Value::Object(properties(&props)),
             json!({"message_id": "m", "type": "order", "delivery_mode": 2, "timestamp": 7})
+        );
+    }
+
+    /// The field names of the table that follows the JSON sample of docs/failed.md.
+    fn documented_fields() -> Vec<String> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/failed.md");
+        let doc = std::fs::read_to_string(&path).expect("docs/failed.md");
+        let table = &doc[doc.find("| field | what |").expect("the field table")..];
+        let mut fields = Vec::new();
+        for line in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+            let cell = line.split('|').nth(1).unwrap_or_default();
+            fields.extend(
+                cell.split(',')
+                    .map(|f| f.trim().trim_matches('`').to_string()),
+            );
+        }
+        fields
+    }
+
+    #[test]
+    fn docs_failed_md_describes_every_field_of_a_listed_message() {
+        let mut headers = lapin::types::FieldTable::default();
+        headers.insert(outcome::PLUGIN.into(), outcome::text("order_close.wasm"));
+        let props = BasicProperties::default().with_headers(headers);
+        let parked = Parked {
+            id: "m".into(),
+            reason: Some("fail".into()),
+            cause: Some("bad".into()),
+        };
+        // Not UTF-8, so `body_hex` is there too.
+        let shown = Shown {
+            routing_key: "orders",
+            properties: &props,
+            body: b"\xff\x00",
+        };
+        let Value::Object(line) = describe(&parked, &shown, PREVIEW_BYTES) else {
+            panic!("an object")
+        };
+        let mut listed: Vec<String> = line.keys().cloned().collect();
+        let mut documented = documented_fields();
+        listed.sort();
+        documented.sort();
+        assert_eq!(
+            listed, documented,
+            "the fields of `failed list` against the table of docs/failed.md"
         );
     }
 }

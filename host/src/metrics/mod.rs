@@ -11,6 +11,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 mod queue;
+#[cfg(test)]
+mod tests;
 
 use crate::telemetry;
 

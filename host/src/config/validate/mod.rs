@@ -50,6 +50,16 @@ pub fn parse(
     path: &Path,
     env_url: Option<&str>,
 ) -> Result<(Config, Vec<Warning>), ConfigError> {
+    parse_with_vars(text, path, env_url, &|name| std::env::var(name).ok())
+}
+
+/// [`parse`], with `${VAR}` looked up in `vars` instead of the environment.
+pub(in crate::config) fn parse_with_vars(
+    text: &str,
+    path: &Path,
+    env_url: Option<&str>,
+    vars: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Config, Vec<Warning>), ConfigError> {
     let raw: RawConfig = toml::from_str(text).map_err(|err| ConfigError::Invalid {
         path: path.to_path_buf(),
         problems: vec![Problem {
@@ -57,11 +67,10 @@ pub fn parse(
             message: err.message().trim_end().to_string(),
         }],
     })?;
-    let vars = |name: &str| std::env::var(name).ok();
     let mut checker = Checker {
         text,
         path,
-        vars: &vars,
+        vars,
         problems: Vec::new(),
         warnings: Vec::new(),
     };
