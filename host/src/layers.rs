@@ -15,6 +15,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("metrics", 1),
     ("capability", 2),
     ("plugin", 3),
+    ("outbox", 4),
     ("outcome", 4),
     ("poison", 5),
     ("topology", 5),

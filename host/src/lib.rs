@@ -18,6 +18,7 @@ pub mod failpoint;
 #[cfg(test)]
 mod layers;
 mod metrics;
+mod outbox;
 pub mod outcome;
 pub mod plugin;
 mod poison;

@@ -87,6 +87,46 @@ impl Instances {
     }
 }
 
+/// One message's capability effects, still open after its call: the caller commits them (on
+/// ok) or undoes them with [`Effects::finish`], so what it must record with them (the outbox)
+/// is its business, not the plugin engine's. Dropped unfinished, they are undone (a SQL
+/// transaction whose connection closes is rolled back by the server).
+#[derive(Default)]
+pub(crate) struct Effects {
+    instances: Instances,
+    /// A dry run: nothing is ever committed.
+    dry: bool,
+}
+
+impl std::fmt::Debug for Effects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Effects").field("dry", &self.dry).finish_non_exhaustive()
+    }
+}
+
+impl Effects {
+    /// Takes the effects out of a store's `instances`, leaving them idle for the next `begin`.
+    pub fn take(instances: &mut Instances, dry: bool) -> Effects {
+        Effects {
+            instances: std::mem::take(instances),
+            dry,
+        }
+    }
+
+    /// Commits (on ok) or undoes the effects; `record` goes into the SQL transaction. A dry
+    /// run commits nothing. An error means nothing was committed.
+    pub async fn finish(
+        mut self,
+        ok: bool,
+        record: Option<&sql::outbox::Record>,
+    ) -> Result<(), String> {
+        let ok = ok && !self.dry;
+        self.instances
+            .finish(ok, record.filter(|_| ok))
+            .await
+    }
+}
+
 /// Adds every capability's imports to `linker`.
 pub(crate) fn link<T: Host>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     http::Instance::link(linker)?;

@@ -1,15 +1,18 @@
 //! One subscription's consumer: prefetch-limited deliveries, `concurrency` handler calls in
 //! flight, and for each message a confirmed republish (retry, failed, plugin publishes) before
-//! the ack. Acks, confirms and handler calls of different messages overlap; acks go out in
+//! the ack. Each delivery runs through the stages of `pipeline`; this module is the setup they
+//! share (`Subscriber`) and the loop that feeds them. Acks, confirms and handler calls of different messages overlap; acks go out in
 //! batches (see `acks`). While the broker blocks publishing, no call starts and nothing is
 //! published (the link's publisher holds back). A channel error stays the size of a channel: the consumer ends and is
 //! started again on a fresh channel, and a handler result whose channel died is dropped.
 
 mod acks;
 mod delivery;
-mod outbox;
-mod outgoing;
+mod invoke;
 mod pause;
+mod pipeline;
+mod precheck;
+mod publish;
 mod settle;
 mod strikes;
 
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use self::acks::Acks;
 use self::delivery::ChannelDeath;
 use self::pause::{Breaker, Turn};
+use self::settle::Settler;
 use self::strikes::Strikes;
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
@@ -37,6 +41,7 @@ use crate::capability::Granted;
 use crate::config::{Exchanges, InstanceMode, Subscription};
 use crate::delay::Delayer;
 use crate::metrics::{Metrics, QueueMetrics};
+use crate::outbox::Outbox;
 use crate::plugin::{Instances, Limits, Plugin, PublishPolicy};
 use crate::topology::Keeper;
 
@@ -65,9 +70,8 @@ pub struct Subscriber {
     metrics: QueueMetrics,
     /// Messages whose call outlived the broker's consumer timeout, by identity.
     strikes: Strikes,
-    /// When this subscriber was made (Unix ms): outbox records older than this that are
-    /// still unsent were left by an earlier process.
-    started_ms: i64,
+    /// With `outbox = true`: handled messages and their publishes are recorded.
+    outbox: Option<Outbox>,
     /// Counts answers that are not ok in a row (`pause_after`).
     breaker: Breaker,
 }
@@ -98,6 +102,8 @@ impl Subscriber {
                 },
             },
         };
+        let retention = sub.grants.outbox.as_ref().map(|o| o.retention);
+        let outbox = Outbox::of(&granted, &sub.queue, policy.clone(), retention);
         let metrics = metrics.for_queue(&sub.queue);
         metrics.set_paused(false);
         let pause = sub.pause;
@@ -112,7 +118,7 @@ impl Subscriber {
             delayer,
             metrics,
             strikes: Strikes::default(),
-            started_ms: crate::capability::sql::outbox::now_ms(),
+            outbox,
             breaker: Breaker::new(pause),
         }
     }
@@ -183,21 +189,24 @@ impl Subscriber {
         // even while every handler slot is busy; calls in flight then stop (see `settle`).
         let (mut inbox, reader) = read(deliveries, death.clone());
         let run = Run {
-            link,
-            channel: Arc::new(channel),
-            acks,
-            death,
+            settler: Arc::new(Settler {
+                link,
+                channel: Arc::new(channel),
+                acks,
+                death,
+            }),
             tasks: TaskTracker::new(),
         };
         let sweeping = cancel.child_token();
         run.tasks
-            .spawn(self.clone().sweep(run.link.clone(), sweeping.clone()));
+            .spawn(self.clone().sweep(run.settler.link.clone(), sweeping.clone()));
         let result = self.dispatch(&run, &mut inbox, &cancel, probing).await;
         sweeping.cancel();
         // Stop new deliveries; what was prefetched but not started goes back when the channel
         // closes. In-flight calls finish (bounded by their timeout) and settle.
         if result.is_ok() {
             let _ = run
+                .settler
                 .channel
                 .basic_cancel(tag.clone(), BasicCancelOptions::default())
                 .await;
@@ -281,29 +290,23 @@ impl Subscriber {
                 next = inbox.recv() => next,
             };
             let Some(delivery) = delivery else {
-                return Err(self.reader_ended(&run.death, &run.channel, &run.link).await);
+                let s = &run.settler;
+                return Err(self.reader_ended(&s.death, &s.channel, &s.link).await);
             };
             // While the broker blocks publishing no call starts: its effects could not go out,
             // and after a shutdown meanwhile its redelivery would run it again. A delivery
             // dropped here goes back to the queue when the channel closes.
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(()),
-                _ = run.link.publisher.unblocked() => {}
+                _ = run.settler.link.publisher.unblocked() => {}
             }
-            run.acks.received(delivery.delivery_tag);
+            run.settler.acks.received(delivery.delivery_tag);
             let this = self.clone();
-            let (link, acks, channel) = (run.link.clone(), run.acks.clone(), run.channel.clone());
-            let death = run.death.clone();
+            let settler = run.settler.clone();
             run.tasks.spawn(async move {
-                let call = settle::Call {
-                    link: &link,
-                    acks: &acks,
-                    channel: &channel,
-                    death: &death,
-                };
                 // Boxed: the call's future is ~6 KiB, and spawning moves the task's future
                 // several times, a memcpy each (with 22 KiB, a quarter of the host's CPU).
-                Box::pin(this.handle(delivery, call, permit)).await;
+                Box::pin(this.handle(delivery, &settler, permit)).await;
             });
         }
     }
@@ -311,12 +314,7 @@ impl Subscriber {
 
 /// What one run of a consumer shares between its dispatch loop, its calls and its drain.
 struct Run {
-    link: Link,
-    /// Shared by every call of the run: cloning a `lapin::Channel` per delivery cloned a dozen
-    /// `Arc`s.
-    channel: Arc<lapin::Channel>,
-    acks: Acks,
-    death: Arc<ChannelDeath>,
+    settler: Arc<Settler>,
     tasks: TaskTracker,
 }
 
@@ -327,9 +325,9 @@ impl Run {
         self.tasks.close();
         self.tasks.wait().await;
         // Every handler has settled: the last acks go out before the channel closes.
-        self.acks.close();
+        self.settler.acks.close();
         let _ = ack_task.await;
-        let _ = self.channel.close(200, "bye".into()).await;
+        let _ = self.settler.channel.close(200, "bye".into()).await;
     }
 }
 

@@ -116,9 +116,26 @@ pub struct Invocation {
     /// From `log` and WASI stdout/stderr, bounded.
     pub logs: Vec<LogLine>,
     pub elapsed: Duration,
+    /// The call's capability effects (a SQL transaction), open until the caller finishes them:
+    /// [`Plugin::handle`] does at once; the consumer first adds its outbox record.
+    pub(crate) effects: crate::capability::Effects,
 }
 
 impl Invocation {
+    /// Whether the handler answered ok (so far: a failed commit turns it into an error).
+    pub fn is_ok(&self) -> bool {
+        matches!(self.answer, Ok(Answer::Ok))
+    }
+
+    /// The commit of an ok call's effects failed: nothing it did counts, and it answers the
+    /// commit's error, as any handler error does.
+    pub(crate) fn commit_failed(&mut self, why: String) {
+        self.answer = Err(HandlerError::Commit(why));
+        self.reason = None;
+        self.retry_after = None;
+        self.publishes.clear();
+    }
+
     /// The cause to record with a retry or fail: the handler error, else the
     /// plugin's reason.
     pub fn cause(&self) -> Option<String> {

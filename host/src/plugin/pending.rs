@@ -6,7 +6,6 @@ use std::time::Duration;
 use worker_abi::{PublishRefusal, limits};
 
 use super::{Publish, PublishPolicy};
-use crate::capability::sql::outbox::Outgoing;
 
 /// What one call buffered so far.
 #[derive(Debug, Default)]
@@ -92,53 +91,5 @@ pub(crate) fn delay_of(delay_ms: i64) -> Result<Option<Duration>, Refused> {
             why: "negative delay".into(),
         }),
         d => Ok(Some(Duration::from_millis(d as u64))),
-    }
-}
-
-/// A publish's properties as the outbox keeps them (JSON beside exchange, key and body).
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Stored {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    content_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    headers: Vec<(String, String)>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    delay_ms: Option<u64>,
-    /// The input's correlation id (else its message id), as a direct publish carries it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    correlation_id: Option<String>,
-}
-
-impl Publish {
-    /// This publish as the outbox records it, carrying `correlation_id`.
-    pub(crate) fn to_outgoing(&self, correlation_id: &str) -> Outgoing {
-        let stored = Stored {
-            content_type: self.content_type.clone(),
-            headers: self.headers.clone(),
-            delay_ms: self.delay.map(|d| d.as_millis() as u64),
-            correlation_id: Some(correlation_id.to_string()),
-        };
-        Outgoing {
-            exchange: self.exchange.clone(),
-            routing_key: self.routing_key.clone(),
-            // Strings and numbers only: serializing cannot fail.
-            properties: serde_json::to_string(&stored).unwrap_or_default(),
-            body: self.body.clone(),
-        }
-    }
-
-    /// A publish read back from the outbox, and the correlation id it carries.
-    pub(crate) fn from_outgoing(o: Outgoing) -> Result<(Publish, Option<String>), String> {
-        let stored: Stored = serde_json::from_str(&o.properties)
-            .map_err(|e| format!("outbox: unreadable properties of a stored message: {e}"))?;
-        let publish = Publish {
-            exchange: o.exchange,
-            routing_key: o.routing_key,
-            body: o.body,
-            delay: stored.delay_ms.map(Duration::from_millis),
-            content_type: stored.content_type,
-            headers: stored.headers,
-        };
-        Ok((publish, stored.correlation_id))
     }
 }

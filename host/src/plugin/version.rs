@@ -104,9 +104,24 @@ impl Plugin {
         }
     }
 
-    /// Runs the handler on one message. Never panics; every failure comes back in
+    /// Runs the handler on one message and commits its effects on ok (undoes them
+    /// otherwise). Never panics; every failure, a failed commit too, comes back in
     /// `Invocation::answer`.
     pub async fn handle(&self, input: Arc<Input>, limits: &Limits) -> Invocation {
+        let mut invocation = self.invoke(input, limits).await;
+        let effects = std::mem::take(&mut invocation.effects);
+        let ok = invocation.is_ok();
+        if let Err(why) = effects.finish(ok, None).await
+            && ok
+        {
+            invocation.commit_failed(why);
+        }
+        invocation
+    }
+
+    /// Runs the handler on one message, leaving its effects open in `Invocation::effects` for
+    /// the caller to finish. Never panics.
+    pub(crate) async fn invoke(&self, input: Arc<Input>, limits: &Limits) -> Invocation {
         let start = Instant::now();
         match &self.kind {
             Kind::Module(module) => self.handle_module(module, input, limits, start).await,
@@ -127,6 +142,7 @@ impl Plugin {
                     },
                     logs: call.logs.finish(),
                     elapsed: start.elapsed(),
+                    effects: call.effects,
                 }
             }
         }
@@ -149,6 +165,7 @@ impl Plugin {
                 publishes: Vec::new(),
                 logs: Vec::new(),
                 elapsed: start.elapsed(),
+                effects: Default::default(),
             };
         };
         // The timeout covers the call, not the wait for a pool slot.
@@ -182,6 +199,7 @@ impl Plugin {
             publishes,
             logs: state.logs.finish(),
             elapsed: start.elapsed(),
+            effects: Default::default(),
         }
     }
 }

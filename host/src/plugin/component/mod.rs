@@ -59,6 +59,8 @@ pub(crate) struct Call {
     pub retry_after: Option<Duration>,
     pub logs: LogBuffer,
     pub pending: Pending,
+    /// The capabilities' effects, not yet committed.
+    pub effects: capability::Effects,
 }
 
 impl Call {
@@ -69,6 +71,7 @@ impl Call {
             retry_after: None,
             logs: LogBuffer::default(),
             pending: Pending::default(),
+            effects: capability::Effects::default(),
         }
     }
 }
@@ -136,17 +139,12 @@ impl ComponentPlugin {
         store.set_epoch_deadline(1);
 
         let run = self.run(&mut store, handler, &input, limits);
-        let mut result = match tokio::time::timeout(limits.timeout + outer_grace, run).await {
+        let result = match tokio::time::timeout(limits.timeout + outer_grace, run).await {
             Ok(result) => result,
             Err(_) => Err(HandlerError::Timeout(limits.timeout)),
         };
-        // Effects are committed only on ok, before the caller publishes and acks.
-        let ok = matches!(&result, Ok((_, types::Outcome::Ok)));
-        if let Err(why) = store.data_mut().settle_capabilities(ok).await
-            && ok
-        {
-            result = Err(HandlerError::Commit(why));
-        }
+        // Left open: the caller commits them on ok, before it publishes and acks.
+        let effects = store.data_mut().take_effects();
         let (logs, pending) = store.data_mut().finish();
         match result {
             Ok((handler, outcome)) => {
@@ -170,6 +168,7 @@ impl ComponentPlugin {
                     retry_after,
                     logs,
                     pending,
+                    effects,
                 }
             }
             // A trap, timeout or limit hit: the instance (warm or not) is dropped here.
@@ -179,6 +178,7 @@ impl ComponentPlugin {
                 retry_after: None,
                 logs,
                 pending,
+                effects,
             },
         }
     }

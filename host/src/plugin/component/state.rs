@@ -13,9 +13,7 @@ use super::super::pending::Pending;
 use super::super::state::{Limiter, LogBuffer};
 use super::super::wasi::BoundedPipe;
 use super::super::{Input, LogLevel, LogSource};
-use crate::capability::sql::outbox::Record;
-use crate::capability::{self, Instances, Scope};
-use crate::failpoint;
+use crate::capability::{self, Effects, Instances, Scope};
 
 /// Core instances, tables and memories one component store may create: what the language
 /// runtimes measured need (Python 14 core instances, JavaScript 4), with room to spare.
@@ -97,36 +95,10 @@ impl CState {
         self.stderr.take();
     }
 
-    /// Commits (on ok) or undoes the message's capability effects (SQL transaction); with
-    /// the outbox, the message and what it published are recorded in that transaction.
-    /// A dry run commits nothing: its SQL transaction is always rolled back.
-    pub async fn settle_capabilities(&mut self, ok: bool) -> Result<(), String> {
-        let ok = ok && self.input.granted.capture.is_none();
-        let record = if ok { self.outbox_record() } else { None };
-        if record.is_some() {
-            failpoint::hit("outbox-before-commit");
-        }
-        self.capabilities.finish(ok, record.as_ref()).await
-    }
-
-    /// What the outbox records of this call; none without the outbox or a message id.
-    fn outbox_record(&self) -> Option<Record> {
-        let meta = &self.input.meta;
-        if !self.input.granted.outbox {
-            return None;
-        }
-        let id = meta.message_id.as_deref().filter(|id| !id.is_empty())?;
-        let correlation = meta.correlation_id.as_deref().unwrap_or(id);
-        Some(Record {
-            queue: meta.queue.clone(),
-            message_id: id.to_string(),
-            messages: self
-                .pending
-                .publishes
-                .iter()
-                .map(|p| p.to_outgoing(correlation))
-                .collect(),
-        })
+    /// The message's capability effects, still open: the caller commits or undoes them. A
+    /// dry run's are never committed.
+    pub fn take_effects(&mut self) -> Effects {
+        Effects::take(&mut self.capabilities, self.input.granted.capture.is_some())
     }
 
     /// Moves captured stdout/stderr into the log buffer and hands over the call's output.

@@ -117,6 +117,7 @@ fn emit_logs_does_not_panic_without_a_subscriber() {
             source: LogSource::Log,
         }],
         elapsed: Duration::ZERO,
+        effects: Default::default(),
     };
     inv.emit_logs(&plugin, "q");
 }

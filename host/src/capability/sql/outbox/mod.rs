@@ -1,13 +1,13 @@
-//! The outbox in a subscription's own database: which messages a queue has handled, and what
-//! each one published, written in the handler's transaction so that the effects and the
-//! record of them commit together or not at all. The host creates the tables (versioned
-//! migrations) on first use; nobody writes them by hand.
+//! The outbox's storage in a subscription's own database (the rules are `crate::outbox`'s):
+//! which messages a queue has handled, and what each one published, written in the handler's
+//! transaction so that the effects and the record of them commit together or not at all. The
+//! host creates the tables (versioned migrations) on first use; nobody writes them by hand.
 //!
 //! `worker_inbox` holds one row per handled message (queue, message id, when); a redelivery
 //! finds its row and is not handled again. `worker_outbox` holds what the handler published,
 //! numbered from 1, with `sent_at` set once the broker confirmed it.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use super::backend::{Conn, Output, Want};
 use super::error::{self, Failure};
@@ -49,6 +49,8 @@ pub(crate) struct Unsent {
 pub(crate) struct Record {
     pub queue: String,
     pub message_id: String,
+    /// When it was handled (Unix ms).
+    pub handled_at_ms: i64,
     pub messages: Vec<Outgoing>,
 }
 
@@ -62,11 +64,21 @@ pub(crate) enum RecordError {
     Failed(String),
 }
 
-/// Milliseconds since the Unix epoch, the outbox's clock.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+/// Why an outbox operation outside a message failed (the database's reason, one line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct OutboxError(String);
+
+impl From<String> for OutboxError {
+    fn from(why: String) -> OutboxError {
+        OutboxError(why)
+    }
+}
+
+impl From<&str> for OutboxError {
+    fn from(why: &str) -> OutboxError {
+        OutboxError(why.to_string())
+    }
 }
 
 impl Database {
@@ -84,17 +96,17 @@ impl Database {
 
     /// A connection in a transaction of its own, for work outside any message (`write`: it
     /// will write).
-    async fn begun(&self, deadline: Instant, write: bool) -> Result<Conn, String> {
+    async fn begun(&self, deadline: Instant, write: bool) -> Result<Conn, OutboxError> {
         let first = if write { First::Begin } else { First::Read };
         self.connected(deadline, first).await.map_err(|f| {
             // Down for the outbox is down for `/readyz` too.
             self.health(Some(&f));
-            self.describe(&f)
+            OutboxError(self.describe(&f))
         })
     }
 
-    async fn commit_now(&self, conn: Conn) -> Result<(), String> {
-        commit(self, conn, Instant::now() + OPERATION_TIMEOUT).await
+    async fn commit_now(&self, conn: Conn) -> Result<(), OutboxError> {
+        Ok(commit(self, conn, Instant::now() + OPERATION_TIMEOUT).await?)
     }
 
     fn describe(&self, f: &Failure) -> String {
@@ -122,7 +134,7 @@ impl Database {
         let params = vec![
             Value::Text(record.queue.clone()),
             Value::Text(record.message_id.clone()),
-            Value::Int(now_ms()),
+            Value::Int(record.handled_at_ms),
         ];
         match conn.run(&inbox, params, Want::Affected).await {
             Ok(_) => {}
@@ -159,7 +171,7 @@ impl Database {
         &self,
         queue: &str,
         message_id: &str,
-    ) -> Result<Option<Vec<Unsent>>, String> {
+    ) -> Result<Option<Vec<Unsent>>, OutboxError> {
         self.outbox_ready().await?;
         let mut conn = self
             .begun(Instant::now() + OPERATION_TIMEOUT, false)
@@ -200,7 +212,8 @@ impl Database {
         queue: &str,
         message_id: &str,
         ns: &[u32],
-    ) -> Result<(), String> {
+        now_ms: i64,
+    ) -> Result<(), OutboxError> {
         if ns.is_empty() {
             return Ok(());
         }
@@ -216,7 +229,7 @@ impl Database {
             self.p(3)
         );
         let mut params = vec![
-            Value::Int(now_ms()),
+            Value::Int(now_ms),
             Value::Text(queue.to_string()),
             Value::Text(message_id.to_string()),
         ];
@@ -232,7 +245,7 @@ impl Database {
         queue: &str,
         before_ms: i64,
         limit: u32,
-    ) -> Result<Vec<(String, Unsent)>, String> {
+    ) -> Result<Vec<(String, Unsent)>, OutboxError> {
         self.outbox_ready().await?;
         let mut conn = self
             .begun(Instant::now() + OPERATION_TIMEOUT, false)
@@ -264,7 +277,7 @@ impl Database {
         queue: &str,
         before_ms: i64,
         batch: u32,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, OutboxError> {
         self.outbox_ready().await?;
         let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, true).await?;
         // The oldest records first; MySQL takes no LIMIT in an IN subquery, so ids are read
@@ -305,10 +318,10 @@ async fn run(
     statement: &str,
     params: Vec<Value>,
     want: Want,
-) -> Result<Output, String> {
+) -> Result<Output, OutboxError> {
     conn.run(statement, params, want)
         .await
-        .map_err(|f| format!("outbox: {}", error::message(&f.error)))
+        .map_err(|f| OutboxError(format!("outbox: {}", error::message(&f.error))))
 }
 
 fn rows(output: Output) -> Vec<Vec<Value>> {
@@ -333,25 +346,25 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
-fn text(v: Option<&Value>) -> Result<String, String> {
+fn text(v: Option<&Value>) -> Result<String, OutboxError> {
     match v {
         Some(Value::Text(t)) => Ok(t.clone()),
         Some(Value::Bytes(b)) => {
             String::from_utf8(b.clone()).map_err(|_| "outbox: a text column holds bytes".into())
         }
-        other => Err(format!("outbox: expected text, got {other:?}")),
+        other => Err(OutboxError(format!("outbox: expected text, got {other:?}"))),
     }
 }
 
 /// `n, exchange, routing_key, properties, body` as a message.
-fn unsent_of(row: &[Value]) -> Result<Unsent, String> {
+fn unsent_of(row: &[Value]) -> Result<Unsent, OutboxError> {
     let [n, exchange, routing_key, properties, body] = row else {
         return Err("outbox: a row of the wrong shape".into());
     };
     let body = match body {
         Value::Bytes(b) => b.clone(),
         Value::Text(t) => t.clone().into_bytes(),
-        other => return Err(format!("outbox: body of {other:?}")),
+        other => return Err(OutboxError(format!("outbox: body of {other:?}"))),
     };
     Ok(Unsent {
         n: int(n)

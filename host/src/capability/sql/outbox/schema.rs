@@ -7,7 +7,7 @@ use tokio::sync::OnceCell;
 
 use super::super::Database;
 use super::super::backend::Want;
-use super::{OPERATION_TIMEOUT, int, rows, run};
+use super::{OPERATION_TIMEOUT, OutboxError, int, rows, run};
 use crate::config::SqlKind;
 
 /// The migrations, in order; the schema's version is the number applied. Every statement is
@@ -68,7 +68,7 @@ pub(in crate::capability::sql) struct Schema(OnceCell<()>);
 
 impl Database {
     /// Creates or upgrades the outbox tables, once per process; an error is retried next time.
-    pub(crate) async fn outbox_ready(&self) -> Result<(), String> {
+    pub(crate) async fn outbox_ready(&self) -> Result<(), OutboxError> {
         self.outbox_schema
             .0
             .get_or_try_init(|| self.migrate())
@@ -76,7 +76,7 @@ impl Database {
             .map(drop)
     }
 
-    async fn migrate(&self) -> Result<(), String> {
+    async fn migrate(&self) -> Result<(), OutboxError> {
         let all = migrations(self.kind());
         let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, true).await?;
         for statement in &all[0][..1] {

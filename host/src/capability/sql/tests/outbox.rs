@@ -2,12 +2,19 @@
 //! message's effects or not at all, a second record of one message id is a duplicate whose
 //! effects are undone, unsent messages come back until marked, old records are pruned.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::super::outbox::{Outgoing, Record, RecordError, now_ms};
+use super::super::outbox::{Outgoing, Record, RecordError};
 use super::{Ctx, MYSQL_URL, POSTGRES_URL, open, require_server, unique};
 use crate::config::SqlKind;
 use crate::wit::worker::plugin::sql::{Host as _, Value};
+
+/// Unix ms, as the outbox's clock (`crate::outbox::now_ms`, a layer above) gives it.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 fn outgoing(key: &str) -> Outgoing {
     Outgoing {
@@ -29,6 +36,7 @@ async fn scenario(ctx: &Ctx) {
     let record = |id: &str| Record {
         queue: queue.clone(),
         message_id: id.into(),
+        handled_at_ms: now_ms(),
         messages: vec![outgoing("a"), outgoing("b")],
     };
     let handle = |id: &'static str, ok: bool| {
@@ -78,7 +86,7 @@ async fn scenario(ctx: &Ctx) {
         "unsent records stay"
     );
     ctx.db
-        .mark_sent(&queue, "m-1", &[1, 2])
+        .mark_sent(&queue, "m-1", &[1, 2], now_ms())
         .await
         .expect("mark");
     assert_eq!(ctx.db.handled(&queue, "m-1").await, Ok(Some(vec![])));

@@ -1,0 +1,104 @@
+//! One delivery as a pipeline of typed stages, each in its own file and each run once, in
+//! order: receive (`delivery.rs`) → precheck (`precheck.rs`) → invoke and decide
+//! (`invoke.rs`) → publish (`publish.rs`) → settle (`settle.rs`). A stage takes the values the
+//! one before made and hands on its own (`Received`, `Verdict`, the carried-out `Decision`);
+//! the subscriber is only their setup. Never fails: problems are logged and the message is left
+//! for the broker to redeliver.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::message::Delivery;
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
+
+use super::Subscriber;
+use super::delivery::Received;
+use super::precheck::Precheck;
+use super::settle::Settler;
+use crate::outbox::Outbound;
+use crate::outcome::Decision;
+use crate::plugin::Input;
+use crate::telemetry;
+
+/// What is to be done with a delivery, before anything is published: the decision, the
+/// plugin's publishes (with their outbox ids) and the correlation id they carry.
+pub(super) struct Verdict {
+    pub decision: Decision,
+    pub outbound: Vec<Outbound>,
+    pub correlation: Option<String>,
+    /// How long the plugin took, when it answered (only its answers count for `pause_after`).
+    pub elapsed: Option<Duration>,
+}
+
+impl Verdict {
+    /// A decision made without the plugin.
+    pub fn without_call(decision: Decision) -> Verdict {
+        Verdict {
+            decision,
+            outbound: Vec::new(),
+            correlation: None,
+            elapsed: None,
+        }
+    }
+}
+
+impl Subscriber {
+    /// Runs one delivery through the stages.
+    pub(super) async fn handle(
+        &self,
+        delivery: Delivery,
+        settler: &Settler,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let (input, received) = self.receive(delivery);
+        let span = telemetry::delivery_span(
+            &self.sub.queue,
+            &received.routing_key,
+            &received.properties,
+            input.meta.attempt,
+        );
+        self.flow(input, received, settler, permit)
+            .instrument(span)
+            .await;
+    }
+
+    async fn flow(
+        &self,
+        input: Arc<Input>,
+        mut received: Received,
+        settler: &Settler,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let plugin = self.plugin.load_full();
+        let verdict = match self.precheck(&input, &mut received).await {
+            Precheck::Decided(verdict) => verdict,
+            Precheck::Call => match self.invoke(&plugin, &input, settler).await {
+                Some(invocation) => self.decide(&input, invocation),
+                None => {
+                    // The channel died during the call: nothing settles this message.
+                    drop(permit);
+                    self.drop_result(settler, &input, &received).await;
+                    return;
+                }
+            },
+        };
+        drop(permit);
+        // A call whose channel died publishes nothing and acks nothing: the broker redelivers
+        // the message, and that copy is the only one that goes on.
+        if !settler.connected() {
+            self.drop_result(settler, &input, &received).await;
+            return;
+        }
+        let answered = verdict.elapsed;
+        let settled = self
+            .publish(verdict, &input, &received, &plugin, &settler.link)
+            .await;
+        // Only plugin answers count towards pause_after; a broker that refused is not one.
+        if let (Some(_), Ok(decision)) = (answered, &settled) {
+            self.breaker.answered(matches!(decision, Decision::Ack));
+        }
+        self.settle(settler, settled, &input, &received, &plugin, answered)
+            .await;
+    }
+}
