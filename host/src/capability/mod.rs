@@ -100,7 +100,9 @@ pub(crate) struct Effects {
 
 impl std::fmt::Debug for Effects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Effects").field("dry", &self.dry).finish_non_exhaustive()
+        f.debug_struct("Effects")
+            .field("dry", &self.dry)
+            .finish_non_exhaustive()
     }
 }
 
@@ -121,9 +123,7 @@ impl Effects {
         record: Option<&sql::outbox::Record>,
     ) -> Result<(), String> {
         let ok = ok && !self.dry;
-        self.instances
-            .finish(ok, record.filter(|_| ok))
-            .await
+        self.instances.finish(ok, record.filter(|_| ok)).await
     }
 }
 

@@ -142,7 +142,12 @@ mod tests {
 
     #[test]
     fn an_ok_sends_its_publishes_with_outbox_ids() {
-        let v = verdict(answered(Answer::Ok, vec![publish(), publish()]), &input(1), 3, Some("m"));
+        let v = verdict(
+            answered(Answer::Ok, vec![publish(), publish()]),
+            &input(1),
+            3,
+            Some("m"),
+        );
         assert_eq!(v.decision, Decision::Ack);
         let ids: Vec<_> = v.outbound.iter().map(|o| o.message_id.clone()).collect();
         assert_eq!(ids, [Some("m:1".to_string()), Some("m:2".to_string())]);

@@ -198,8 +198,10 @@ impl Subscriber {
             tasks: TaskTracker::new(),
         };
         let sweeping = cancel.child_token();
-        run.tasks
-            .spawn(self.clone().sweep(run.settler.link.clone(), sweeping.clone()));
+        run.tasks.spawn(
+            self.clone()
+                .sweep(run.settler.link.clone(), sweeping.clone()),
+        );
         let result = self.dispatch(&run, &mut inbox, &cancel, probing).await;
         sweeping.cancel();
         // Stop new deliveries; what was prefetched but not started goes back when the channel

@@ -158,7 +158,9 @@ impl Subscriber {
         let send = |correlation: Option<String>, list: Vec<Outbound>| {
             let (this, link) = (&self, &link);
             async move {
-                let sent = this.send_publishes(link, correlation.as_deref(), &list).await;
+                let sent = this
+                    .send_publishes(link, correlation.as_deref(), &list)
+                    .await;
                 (list, sent)
             }
         };
@@ -184,22 +186,22 @@ impl Subscriber {
             ..
         } = verdict;
         let decision = match decision {
-            Decision::Ack => match (self.send_publishes(link, correlation.as_deref(), &publishes))
-                .await
-            {
-                Ok(()) => {
-                    if let (Some(outbox), Some(id)) = (&self.outbox, self.outbox_id(input)) {
-                        Failpoint::AfterPublish.hit();
-                        outbox.sent(id, &publishes).await;
-                        Failpoint::AfterMark.hit();
+            Decision::Ack => {
+                match (self.send_publishes(link, correlation.as_deref(), &publishes)).await {
+                    Ok(()) => {
+                        if let (Some(outbox), Some(id)) = (&self.outbox, self.outbox_id(input)) {
+                            Failpoint::AfterPublish.hit();
+                            outbox.sent(id, &publishes).await;
+                            Failpoint::AfterMark.hit();
+                        }
+                        return Ok(Decision::Ack);
                     }
-                    return Ok(Decision::Ack);
+                    Err(Blame::Broker(err)) => return Err(err),
+                    Err(Blame::Message(cause)) => {
+                        outcome::retry_or_park(cause, input.meta.attempt, self.sub.max_retries)
+                    }
                 }
-                Err(Blame::Broker(err)) => return Err(err),
-                Err(Blame::Message(cause)) => {
-                    outcome::retry_or_park(cause, input.meta.attempt, self.sub.max_retries)
-                }
-            },
+            }
             other => other,
         };
         let (exchange, key, cause, failed) = match &decision {
@@ -321,4 +323,3 @@ fn republished(properties: &BasicProperties, stamp: &Stamp<'_>) -> BasicProperti
         .with_headers(headers)
         .with_delivery_mode(PERSISTENT)
 }
-

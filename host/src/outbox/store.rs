@@ -55,7 +55,13 @@ impl Store for Database {
         Database::handled(self, queue, id).await
     }
 
-    async fn mark_sent(&self, queue: &str, id: &str, ns: &[u32], now: i64) -> Result<(), Self::Error> {
+    async fn mark_sent(
+        &self,
+        queue: &str,
+        id: &str,
+        ns: &[u32],
+        now: i64,
+    ) -> Result<(), Self::Error> {
         Database::mark_sent(self, queue, id, ns, now).await
     }
 
