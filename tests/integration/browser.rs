@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
-use crate::common;
 use crate::console::Parking;
-use crate::service::support::free_addr;
+use crate::harness::{self, free_addr};
 
 const TOKEN: &str = "browser-test-token-19ab";
 const XSS: &str = "<script>alert(1)</script>";
@@ -36,7 +35,7 @@ impl Driver {
                 panic!("cannot run chromedriver ({e}): install it with scripts/packages.sh browser")
             });
         let driver = Driver { child, addr };
-        common::eventually(
+        harness::eventually(
             Duration::from_secs(20),
             "chromedriver listening",
             || async { tokio::net::TcpStream::connect(addr).await.ok().map(|_| ()) },
@@ -186,7 +185,7 @@ async fn the_console_page_shows_dry_runs_replays_and_discards_in_a_browser() {
     )
     .await;
     assert_eq!(
-        common::depth(&fixture.probe.ch, &failed).await,
+        harness::depth(&fixture.probe.ch, &failed).await,
         1,
         "b-2 is still parked"
     );

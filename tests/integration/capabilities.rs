@@ -22,8 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::common;
-use crate::service::support::{free_addr, http_get};
+use crate::harness::{self, free_addr, http_get};
 use support::{Probe, Sub, outcomes, script};
 
 /// A subscription without grants gets `denied` from kv, SQL and HTTP, and one granted a store
@@ -66,7 +65,7 @@ async fn a_server_that_is_down_answers_unavailable_and_readyz_names_it() {
     // A port nothing listens on: bound, noted, let go.
     let closed = free_addr().port();
     let admin = free_addr();
-    let password = common::unique("pw");
+    let password = harness::unique("pw");
     let tables = format!(
         "[admin]\nlisten = \"{admin}\"\n\n\
          [kv.gone]\nbackend = \"redis\"\nurl = \"redis://:{password}@127.0.0.1:{closed}/0\"\n\n\
@@ -92,7 +91,7 @@ async fn a_server_that_is_down_answers_unavailable_and_readyz_names_it() {
         "three calls to servers that are down: {:?}",
         started.elapsed()
     );
-    let body = common::eventually(Duration::from_secs(15), "/readyz 503", || async {
+    let body = harness::eventually(Duration::from_secs(15), "/readyz 503", || async {
         let (status, body) = http_get(admin, "/readyz").await?;
         (status == 503 && body.contains("kv.gone") && body.contains("sql.gone")).then_some(body)
     })

@@ -207,7 +207,7 @@ fn user_errors_exit_1() {
 #[tokio::test]
 async fn publish_with_delay_header_and_file_arrives_after_the_delay() {
     use std::time::{Duration, Instant};
-    let p = crate::common::unique("clipub");
+    let p = crate::harness::unique("clipub");
     let toml = format!(
         "[exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
          [[exchange]]\nname = \"{p}.out\"\ntype = \"topic\"\n\n\
@@ -216,11 +216,11 @@ async fn publish_with_delay_header_and_file_arrives_after_the_delay() {
          [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"ok.wasm\"\nbindings = [\"{p}.k\"]\n"
     );
     let ok = wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "worker_abi_v1")) (func (export "worker_handle") (result i32) i32.const 0))"#).expect("wat");
-    let svc = crate::common::Service::start(&toml, &[("ok.wasm", &ok)]).await;
-    let (conn, ch) = crate::common::channel().await;
-    crate::common::wait_consuming(&conn, &format!("{p}.q")).await;
-    let config = svc.dir.path().join("worker.toml");
-    let body = svc.dir.path().join("body.json");
+    let svc = crate::harness::Host::in_process(&toml, &[("ok.wasm", &ok)]).await;
+    let (conn, ch) = crate::harness::channel().await;
+    crate::harness::wait_consuming(&conn, &format!("{p}.q")).await;
+    let config = svc.dir().join("worker.toml");
+    let body = svc.dir().join("body.json");
     std::fs::write(&body, br#"{"hello": "later"}"#).expect("body file");
     let started = Instant::now();
     let out = worker_host(
@@ -239,15 +239,16 @@ async fn publish_with_delay_header_and_file_arrives_after_the_delay() {
             "--file",
             body.to_str().expect("utf-8"),
         ],
-        &[("WORKER_BROKER_URL", &crate::common::broker_url())],
+        &[("WORKER_BROKER_URL", &crate::harness::broker_url())],
     );
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.starts_with("published "), "{stdout}");
-    let got = crate::common::eventually(Duration::from_secs(15), "the delayed message", || async {
-        crate::common::get(&ch, &format!("{p}.seen")).await
-    })
-    .await;
+    let got =
+        crate::harness::eventually(Duration::from_secs(15), "the delayed message", || async {
+            crate::harness::get(&ch, &format!("{p}.seen")).await
+        })
+        .await;
     let waited = started.elapsed();
     assert!(waited >= Duration::from_secs(1), "not early: {waited:?}");
     assert_eq!(got.delivery.routing_key.as_str(), "order.timeout");
@@ -262,7 +263,7 @@ async fn publish_with_delay_header_and_file_arrives_after_the_delay() {
         "bookkeeping removed: {headers:?}"
     );
     svc.stop().await;
-    crate::common::cleanup(
+    crate::harness::cleanup(
         &[
             format!("{p}.q"),
             format!("{p}.q@failed"),
@@ -283,7 +284,7 @@ fn config_dir(extra: &str) -> (tempfile::TempDir, PathBuf) {
         &config,
         format!(
             "[broker]\nurl = \"{}\"\n\n{extra}",
-            crate::common::broker_url()
+            crate::harness::broker_url()
         ),
     )
     .expect("write");
@@ -344,9 +345,9 @@ fn check_refuses_a_plugin_larger_than_max_plugin_size_without_reading_it() {
 #[tokio::test]
 async fn publish_to_a_key_nothing_is_bound_to_exits_1() {
     use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
-    let p = crate::common::unique("clipub-unroutable");
+    let p = crate::harness::unique("clipub-unroutable");
     let (exchange, queue) = (format!("{p}.ex"), format!("{p}.q"));
-    let (conn, ch) = crate::common::channel().await;
+    let (conn, ch) = crate::harness::channel().await;
     ch.exchange_declare(
         exchange.as_str().into(),
         lapin::ExchangeKind::Topic,
@@ -373,7 +374,7 @@ async fn publish_to_a_key_nothing_is_bound_to_exits_1() {
     .expect("bind");
     let (_dir, config) = config_dir("");
     let config = config.to_str().expect("utf-8").to_string();
-    let env = [("WORKER_BROKER_URL", crate::common::broker_url())];
+    let env = [("WORKER_BROKER_URL", crate::harness::broker_url())];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let publish = |exchange: &str, key: &str| {
         let args = [
@@ -416,11 +417,11 @@ async fn publish_to_a_key_nothing_is_bound_to_exits_1() {
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(stdout.starts_with("published "), "{stdout}");
     assert_eq!(
-        crate::common::depth(&ch, &queue).await,
+        crate::harness::depth(&ch, &queue).await,
         1,
         "only the routable one arrived"
     );
 
     let _ = conn.close(200, "bye".into()).await;
-    crate::common::cleanup(&[queue], &[exchange]).await;
+    crate::harness::cleanup(&[queue], &[exchange]).await;
 }

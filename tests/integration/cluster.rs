@@ -15,8 +15,8 @@ use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::capabilities::db;
 use crate::capabilities::support::{POSTGRES, require as require_server};
-use crate::common;
-use support::{Host, kill, leader, queue_state, revive};
+use crate::harness::{self, Host};
+use support::{kill, leader, metric_of, queue_state, revive, start};
 
 const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -33,7 +33,7 @@ impl Case {
     async fn new(test: &str) -> Case {
         support::require();
         require_server(&POSTGRES);
-        let p = common::unique(test);
+        let p = harness::unique(test);
         let rows = db::table("cluster_rows");
         let db = PgPool::connect(POSTGRES_URL)
             .await
@@ -101,7 +101,7 @@ impl Case {
     async fn await_consumers(&self, consumers: u32, hosts: &mut [Host]) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while queue_state(&self.conn, &self.q()).await.map(|s| s.1) != Some(consumers) {
-            hosts.iter_mut().for_each(|h| h.process.assert_running());
+            hosts.iter_mut().for_each(|h| h.assert_running());
             assert!(
                 Instant::now() < deadline,
                 "{consumers} consumers on {} after 60 s",
@@ -141,7 +141,7 @@ impl Case {
             if seen.1 >= distinct || Instant::now() >= deadline {
                 return seen;
             }
-            hosts.iter_mut().for_each(|h| h.process.assert_running());
+            hosts.iter_mut().for_each(|h| h.assert_running());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -196,7 +196,7 @@ async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
     let case = Case::new("cl-three").await;
     let delay = "1s";
     let sub = case.subscription(delay, "");
-    let mut hosts: Vec<Host> = (0..3).map(|_| Host::start(&case.p, &sub)).collect();
+    let mut hosts: Vec<Host> = (0..3).map(|_| start(&case.p, &sub)).collect();
     case.await_consumers(3, &mut hosts).await;
     let messages: Vec<_> = (0..MESSAGES)
         .map(|i| case.message(i, i % 10 == 0))
@@ -228,7 +228,7 @@ async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
     let target = (resumed.1 + 2_000).min(MESSAGES as i64 - 1_000);
     case.await_effects(target, Duration::from_secs(120), &mut alive)
         .await;
-    alive.remove(0).process.kill();
+    alive.remove(0).kill();
     println!("SIGKILLed host 1 at {target}+ ids");
     // The dead node comes back, as a supervised one would. RabbitMQ 3.10's at-least-once
     // dead-lettering can stall when the node leading both a retry queue and its target dies
@@ -253,8 +253,7 @@ async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
     }
     let mut duplicates = 0.0;
     for host in &alive {
-        duplicates += host
-            .metric("worker_duplicates_total", "")
+        duplicates += metric_of(host, "worker_duplicates_total", "")
             .await
             .unwrap_or(0.0);
     }
@@ -277,8 +276,8 @@ async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
         failover < Duration::from_secs(15),
         "handling resumed in {failover:?}"
     );
-    for mut host in hosts.into_iter().skip(1) {
-        host.process.stop().await;
+    for host in hosts.into_iter().skip(1) {
+        host.stop().await;
     }
     case.cleanup(delay).await;
 }
@@ -288,7 +287,7 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
     const WAITING: usize = 300;
     let case = Case::new("cl-hop").await;
     let delay = "8s";
-    let mut host = Host::start(&case.p, &case.subscription(delay, ""));
+    let mut host = start(&case.p, &case.subscription(delay, ""));
     case.await_consumers(1, std::slice::from_mut(&mut host))
         .await;
     let messages: Vec<_> = (0..WAITING).map(|i| case.message(i, true)).collect();
@@ -298,7 +297,7 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
     let retry = format!("{}@retry.{delay}", case.q());
     let deadline = Instant::now() + Duration::from_secs(30);
     while case.ready(&retry).await < WAITING as u32 {
-        host.process.assert_running();
+        host.assert_running();
         assert!(
             Instant::now() < deadline,
             "{WAITING} messages not in {retry} after 30 s"
@@ -347,7 +346,7 @@ async fn cluster_a_retry_hop_survives_the_death_of_the_retry_queues_leader() {
         0,
         "nothing parked"
     );
-    host.process.stop().await;
+    host.stop().await;
     case.cleanup(delay).await;
 }
 
@@ -371,7 +370,7 @@ async fn cluster_a_message_over_its_delivery_limit_is_parked() {
     let script = json!({"id": "poison", "answer": "sleep"}).to_string();
     let failed = format!("{}@failed", case.q());
     for round in 1..=2 {
-        let mut host = Host::start(&case.p, &sub);
+        let mut host = start(&case.p, &sub);
         case.await_consumers(1, std::slice::from_mut(&mut host))
             .await;
         if round == 1 {
@@ -386,7 +385,7 @@ async fn cluster_a_message_over_its_delivery_limit_is_parked() {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        host.process.kill();
+        host.kill();
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     while case.ready(&failed).await == 0 {
@@ -397,10 +396,10 @@ async fn cluster_a_message_over_its_delivery_limit_is_parked() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(case.ready(&case.q()).await, 0, "not left in Q");
-    let parked = common::get(&case.ch, &failed)
+    let parked = harness::get(&case.ch, &failed)
         .await
         .expect("the parked message");
-    let headers = common::headers_of(&parked);
+    let headers = harness::headers_of(&parked);
     assert_eq!(
         headers.get("x-first-death-reason").map(String::as_str),
         Some("delivery_limit"),

@@ -14,10 +14,10 @@ use lapin::BasicProperties;
 use lapin::types::FieldTable;
 use serde_json::{Value, json};
 
-use crate::common::{self, Service, headers_of, wait_get};
+use crate::harness::{self, Host, Names, headers_of, wait_get};
 use crate::reload::support::{
-    Names, reloads, result_within, start_hot_with, versioned, wait_refused, write_in_place,
-    write_via_rename,
+    reloads, result_within, start_hot_with, sub_toml_with, topology_toml, versioned, wait_refused,
+    write_in_place, write_via_rename,
 };
 
 /// One test per language and scenario, named `components::<language>::<scenario>`; the
@@ -56,7 +56,7 @@ fn body(v: Value) -> Vec<u8> {
 
 /// Publishes `body` through master with routing key `key`.
 async fn send(ch: &lapin::Channel, n: &Names, key: &str, body: &[u8], props: BasicProperties) {
-    common::publish(ch, &n.master(), key, body, props).await;
+    harness::publish(ch, &n.master(), key, body, props).await;
 }
 
 /// Publishes an `echo` request to `key` and returns what the demo echoed (routing key `echoed`).
@@ -80,7 +80,7 @@ async fn parked(ch: &lapin::Channel, queue: &str, count: usize) -> BTreeMap<Stri
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut got = BTreeMap::new();
     while got.len() < count {
-        match common::get(ch, queue).await {
+        match harness::get(ch, queue).await {
             Some(msg) => {
                 let body = String::from_utf8_lossy(&msg.delivery.data).into_owned();
                 let headers = headers_of(&msg);
@@ -121,27 +121,35 @@ async fn outcomes_limits_and_instances(lang: &str) {
     let (reuse, faults) = (format!("{}.reuse", n.p), format!("{}.faults", n.p));
     let toml = format!(
         "{}{}{}{}[delay]\n\n{}",
-        n.topology_toml(),
-        n.sub_toml_with(
+        topology_toml(&n),
+        sub_toml_with(
+            &n,
             file,
             &n.q(),
             "fresh",
             "max_retries = 1\n[subscription.config]\ngreeting = \"hello\"\nn = 3\n"
         ),
-        n.sub_toml_with(
+        sub_toml_with(
+            &n,
             file,
             &reuse,
             "reuse",
             "max_retries = 0\nconcurrency = 1\ninstance = \"reuse\"\ninstance_max_messages = 4"
         ),
-        n.sub_toml_with(file, &faults, "faults", "max_retries = 0\ntimeout = \"5s\""),
+        sub_toml_with(
+            &n,
+            file,
+            &faults,
+            "faults",
+            "max_retries = 0\ntimeout = \"5s\""
+        ),
         support::state_toml(&support::state_dir()),
     );
     let started = Instant::now();
-    let svc = Service::start(&toml, &[(file, &demo)]).await;
-    let (conn, ch) = common::channel().await;
+    let svc = Host::in_process(&toml, &[(file, &demo)]).await;
+    let (conn, ch) = harness::channel().await;
     for q in [n.q(), reuse.clone(), faults.clone()] {
-        common::wait_consuming(&conn, &q).await;
+        harness::wait_consuming(&conn, &q).await;
     }
     println!("{lang}: service consuming after {:?}", started.elapsed());
     let fresh_key = |k: &str| format!("{}.fresh.{k}", n.p);
@@ -151,7 +159,7 @@ async fn outcomes_limits_and_instances(lang: &str) {
     // published), and a body that is no JSON object.
     let q_failed = format!("{}@failed", n.q());
     let watcher = tokio::spawn(async move {
-        let (_conn, ch) = common::channel().await;
+        let (_conn, ch) = harness::channel().await;
         parked(&ch, &q_failed, 4).await
     });
     let later = body(json!({"outcome": "retry", "reason": "later", "after_ms": AFTER_MS}));
@@ -334,11 +342,11 @@ async fn outcomes_limits_and_instances(lang: &str) {
 
     svc.stop().await;
     assert!(
-        common::get(&ch, &n.seen()).await.is_none(),
+        harness::get(&ch, &n.seen()).await.is_none(),
         "nothing published on fail or retry"
     );
     for q in [n.q(), reuse.clone(), faults.clone()] {
-        assert_eq!(common::depth(&ch, &q).await, 0, "{q}: everything acked");
+        assert_eq!(harness::depth(&ch, &q).await, 0, "{q}: everything acked");
     }
     println!(
         "{lang}: outcomes, limits and instances in {:?}",

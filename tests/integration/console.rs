@@ -15,8 +15,7 @@ use tokio::net::TcpStream;
 
 use crate::capabilities::db::{self, Kind, Pool};
 use crate::capabilities::support::{Probe, Sub, probe_wasm};
-use crate::common;
-use crate::service::support::free_addr;
+use crate::harness::{self, free_addr};
 
 const TOKEN: &str = "console-test-token-7f3c";
 
@@ -96,7 +95,7 @@ async fn the_api_lists_replays_discards_and_dry_runs_and_refuses_all_without_the
             );
         }
     }
-    let page = crate::service::support::http_get(admin, "/failed").await;
+    let page = crate::harness::http_get(admin, "/failed").await;
     assert_eq!(
         page.map(|(status, _)| status),
         Some(200),
@@ -139,7 +138,7 @@ async fn the_api_lists_replays_discards_and_dry_runs_and_refuses_all_without_the
         );
     }
     assert_eq!(
-        common::depth(&fixture.probe.ch, &failed).await,
+        harness::depth(&fixture.probe.ch, &failed).await,
         4,
         "nothing moved without the token"
     );
@@ -200,7 +199,7 @@ async fn the_api_lists_replays_discards_and_dry_runs_and_refuses_all_without_the
     let report = fixture.probe.report("c-1").await;
     assert_eq!(report["id"], json!("c-1"));
     assert_eq!(
-        common::depth(&fixture.probe.ch, &failed).await,
+        harness::depth(&fixture.probe.ch, &failed).await,
         2,
         "c-3 and c-4 are parked"
     );
@@ -221,7 +220,7 @@ async fn the_api_lists_replays_discards_and_dry_runs_and_refuses_all_without_the
     assert_eq!((status, &done["done"]), (200, &json!(1)), "{done}");
     let (status, done) = request(admin, "POST", &discard, Some(TOKEN), r#"{"all": true}"#).await;
     assert_eq!((status, &done["done"]), (200, &json!(1)), "{done}");
-    assert_eq!(common::depth(&fixture.probe.ch, &failed).await, 0);
+    assert_eq!(harness::depth(&fixture.probe.ch, &failed).await, 0);
 
     let (status, body) = request(
         admin,
@@ -291,12 +290,12 @@ impl Parking {
     pub async fn park_raw(&self, id: &str, body: &[u8]) {
         let key = format!("{}.pk.x", self.probe.n.p);
         let props = BasicProperties::default().with_message_id(id.into());
-        common::publish(&self.probe.ch, &self.probe.n.master(), &key, body, props).await;
+        harness::publish(&self.probe.ch, &self.probe.n.master(), &key, body, props).await;
     }
 
     pub async fn wait_parked(&self, n: u32) {
-        common::eventually(Duration::from_secs(20), &format!("{n} parked"), || async {
-            (common::depth(&self.probe.ch, &self.failed).await == n).then_some(())
+        harness::eventually(Duration::from_secs(20), &format!("{n} parked"), || async {
+            (harness::depth(&self.probe.ch, &self.failed).await == n).then_some(())
         })
         .await;
     }

@@ -7,67 +7,28 @@ use lapin::BasicProperties;
 use lapin::types::FieldTable;
 use worker_host::outcome;
 
-use crate::common::{self, Service, headers_of, wait_get};
+use crate::harness::{self, Host, Names, headers_of, wait_get};
 
 const SCRIPT: &str = include_str!("fixtures/script.wat");
 
-/// One test's private topology: exchanges and queue names derived from a unique prefix.
-struct Names {
-    p: String,
+/// A subscription on the script plugin, bound to `<p>.key.*`, with the given extra settings.
+fn toml(n: &Names, extra: &str) -> String {
+    format!(
+        "{}{}[[subscription]]\nqueue = \"{}\"\nplugin = \"script.wasm\"\nbindings = [\"{}.key.*\"]\n\
+         publish = [\"{}\"]\n{extra}\n",
+        n.exchanges_toml(),
+        n.out_toml("fanout"),
+        n.q(),
+        n.p,
+        n.out()
+    )
 }
 
-impl Names {
-    fn new(test: &str) -> Names {
-        Names {
-            p: common::unique(test),
-        }
-    }
-    fn q(&self) -> String {
-        format!("{}.q", self.p)
-    }
-    fn master(&self) -> String {
-        format!("{}.master", self.p)
-    }
-    fn out(&self) -> String {
-        format!("{}.out", self.p)
-    }
-    fn seen(&self) -> String {
-        format!("{}.seen", self.p)
-    }
-    fn failed(&self) -> String {
-        format!("{}.q@failed", self.p)
-    }
-    fn exchanges_toml(&self) -> String {
-        format!(
-            "[exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
-             [[exchange]]\nname = \"{p}.out\"\ntype = \"fanout\"\n\n\
-             [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"\" }}]\n\n",
-            p = self.p
-        )
-    }
-    /// A subscription on the script plugin with the given extra settings.
-    fn toml(&self, extra: &str) -> String {
-        format!(
-            "{}[[subscription]]\nqueue = \"{}\"\nplugin = \"script.wasm\"\nbindings = [\"{}.key.*\"]\n\
-             publish = [\"{}\"]\n{extra}\n",
-            self.exchanges_toml(),
-            self.q(),
-            self.p,
-            self.out()
-        )
-    }
-    async fn cleanup(&self, extra_queues: &[String]) {
-        let mut queues = vec![self.q(), self.failed(), self.seen()];
-        for d in ["200ms", "300ms", "400ms", "30s", "1s"] {
-            queues.push(format!("{}@retry.{d}", self.q()));
-        }
-        queues.extend_from_slice(extra_queues);
-        let exchanges = ["master", "retry", "failed", "out"]
-            .iter()
-            .map(|e| format!("{}.{e}", self.p))
-            .collect::<Vec<_>>();
-        common::cleanup(&queues, &exchanges).await;
-    }
+/// Deletes Q, its parked and retry queues, `seen`, `extra_queues` and the exchanges.
+async fn cleanup(n: &Names, extra_queues: &[String]) {
+    let mut queues = vec![n.q()];
+    queues.extend_from_slice(extra_queues);
+    n.cleanup(&queues).await;
 }
 
 fn script() -> Vec<u8> {
@@ -89,7 +50,7 @@ async fn ok_acks_and_publishes_what_the_plugin_asked() {
     let n = Names::new("ok");
     let (svc, _conn, ch) = start(&n, "").await;
     let key = format!("{}.key.created", n.p);
-    common::publish(
+    harness::publish(
         &ch,
         &n.master(),
         &key,
@@ -101,16 +62,16 @@ async fn ok_acks_and_publishes_what_the_plugin_asked() {
     assert_eq!(got.delivery.data, b"o hello");
     assert_eq!(got.delivery.properties.delivery_mode(), &Some(2));
     svc.stop().await;
-    assert_eq!(common::depth(&ch, &n.q()).await, 0, "acked, not requeued");
-    assert_eq!(common::depth(&ch, &n.failed()).await, 0);
-    n.cleanup(&[]).await;
+    assert_eq!(harness::depth(&ch, &n.q()).await, 0, "acked, not requeued");
+    assert_eq!(harness::depth(&ch, &n.failed()).await, 0);
+    cleanup(&n, &[]).await;
 }
 
 /// Starts the service and waits until it consumes its queue.
-async fn start(n: &Names, extra: &str) -> (Service, lapin::Connection, lapin::Channel) {
-    let svc = Service::start(&n.toml(extra), &[("script.wasm", &script())]).await;
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &n.q()).await;
+async fn start(n: &Names, extra: &str) -> (Host, lapin::Connection, lapin::Channel) {
+    let svc = Host::in_process(&toml(n, extra), &[("script.wasm", &script())]).await;
+    let (conn, ch) = harness::channel().await;
+    harness::wait_consuming(&conn, &n.q()).await;
     (svc, conn, ch)
 }
 
@@ -119,7 +80,7 @@ async fn fail_parks_with_headers_and_properties() {
     let n = Names::new("fail");
     let (svc, _conn, ch) = start(&n, "").await;
     let key = format!("{}.key.created", n.p);
-    common::publish(&ch, &n.master(), &key, b"f", props_publishing_to(&n.out())).await;
+    harness::publish(&ch, &n.master(), &key, b"f", props_publishing_to(&n.out())).await;
     let got = wait_get(&ch, &n.failed(), Duration::from_secs(10)).await;
     let h = headers_of(&got);
     assert_eq!(h["worker-failed-reason"], "fail");
@@ -142,11 +103,11 @@ async fn fail_parks_with_headers_and_properties() {
     );
     assert_eq!(props.delivery_mode(), &Some(2));
     assert!(
-        common::get(&ch, &n.seen()).await.is_none(),
+        harness::get(&ch, &n.seen()).await.is_none(),
         "nothing published on fail"
     );
     svc.stop().await;
-    n.cleanup(&[]).await;
+    cleanup(&n, &[]).await;
 }
 
 #[tokio::test]
@@ -155,7 +116,7 @@ async fn retries_exhausted_after_the_configured_delays() {
     let (svc, _conn, ch) =
         start(&n, "max_retries = 2\nretry_delays = [\"200ms\", \"400ms\"]").await;
     let started = Instant::now();
-    common::publish(
+    harness::publish(
         &ch,
         &n.master(),
         &format!("{}.key.x", n.p),
@@ -174,18 +135,18 @@ async fn retries_exhausted_after_the_configured_delays() {
         "delays 200ms + 400ms respected, took {waited:?}"
     );
     assert!(
-        common::get(&ch, &n.seen()).await.is_none(),
+        harness::get(&ch, &n.seen()).await.is_none(),
         "nothing published on retry"
     );
     svc.stop().await;
-    n.cleanup(&[]).await;
+    cleanup(&n, &[]).await;
 }
 
 #[tokio::test]
 async fn retry_then_ok_publishes_once() {
     let n = Names::new("retryok");
     let (svc, _conn, ch) = start(&n, "max_retries = 5\nretry_delays = [\"200ms\"]").await;
-    common::publish(
+    harness::publish(
         &ch,
         &n.master(),
         &format!("{}.key.x", n.p),
@@ -197,11 +158,11 @@ async fn retry_then_ok_publishes_once() {
     assert_eq!(got.delivery.data, b"r3");
     svc.stop().await;
     assert!(
-        common::get(&ch, &n.seen()).await.is_none(),
+        harness::get(&ch, &n.seen()).await.is_none(),
         "published once, on the ok only"
     );
-    assert_eq!(common::depth(&ch, &n.failed()).await, 0);
-    n.cleanup(&[]).await;
+    assert_eq!(harness::depth(&ch, &n.failed()).await, 0);
+    cleanup(&n, &[]).await;
 }
 
 #[tokio::test]
@@ -219,7 +180,7 @@ async fn a_retry_reaches_only_the_original_queue() {
     let (svc, _conn, ch) = start(&n, &extra).await;
     // Both queues get the message; each retries once (through its own retry queue), then
     // publishes. A retry that leaked to the other queue would publish a third time.
-    common::publish(
+    harness::publish(
         &ch,
         &n.master(),
         &format!("{}.key.x", n.p),
@@ -231,14 +192,17 @@ async fn a_retry_reaches_only_the_original_queue() {
     wait_get(&ch, &n.seen(), Duration::from_secs(15)).await;
     svc.stop().await;
     assert!(
-        common::get(&ch, &n.seen()).await.is_none(),
+        harness::get(&ch, &n.seen()).await.is_none(),
         "the retry did not reach the other queue"
     );
-    n.cleanup(&[
-        other.clone(),
-        format!("{other}@failed"),
-        format!("{other}@retry.200ms"),
-    ])
+    cleanup(
+        &n,
+        &[
+            other.clone(),
+            format!("{other}@failed"),
+            format!("{other}@retry.200ms"),
+        ],
+    )
     .await;
 }
 
@@ -253,7 +217,7 @@ async fn trap_timeout_and_memory_limit_count_as_retry_with_cause() {
     let key = format!("{}.key.x", n.p);
     let mut causes = BTreeMap::new();
     for body in [&b"t"[..], b"l", b"m", b"x"] {
-        common::publish(&ch, &n.master(), &key, body, BasicProperties::default()).await;
+        harness::publish(&ch, &n.master(), &key, body, BasicProperties::default()).await;
         let got = wait_get(&ch, &n.failed(), Duration::from_secs(15)).await;
         let h = headers_of(&got);
         assert_eq!(
@@ -276,7 +240,7 @@ async fn trap_timeout_and_memory_limit_count_as_retry_with_cause() {
         "unknown answer code named: {causes:?}"
     );
     svc.stop().await;
-    n.cleanup(&[]).await;
+    cleanup(&n, &[]).await;
 }
 
 #[tokio::test]
@@ -284,7 +248,7 @@ async fn publish_to_an_exchange_not_allowed_is_refused() {
     let n = Names::new("allow");
     let (svc, _conn, ch) = start(&n, "").await;
     // The plugin may publish to `out` only; ask it to publish to master.
-    common::publish(
+    harness::publish(
         &ch,
         &n.master(),
         &format!("{}.key.x", n.p),
@@ -295,7 +259,7 @@ async fn publish_to_an_exchange_not_allowed_is_refused() {
     let got = wait_get(&ch, &n.failed(), Duration::from_secs(10)).await;
     assert_eq!(headers_of(&got)["worker-error"], "publish refused");
     svc.stop().await;
-    n.cleanup(&[]).await;
+    cleanup(&n, &[]).await;
 }
 
 #[tokio::test]
@@ -307,8 +271,8 @@ async fn quorum_subscription_works() {
     )
     .await;
     let key = format!("{}.key.x", n.p);
-    common::publish(&ch, &n.master(), &key, b"r2", props_publishing_to(&n.out())).await;
-    common::publish(&ch, &n.master(), &key, b"f", BasicProperties::default()).await;
+    harness::publish(&ch, &n.master(), &key, b"r2", props_publishing_to(&n.out())).await;
+    harness::publish(&ch, &n.master(), &key, b"f", BasicProperties::default()).await;
     wait_get(&ch, &n.seen(), Duration::from_secs(15)).await;
     wait_get(&ch, &n.failed(), Duration::from_secs(15)).await;
     svc.stop().await;
@@ -328,7 +292,7 @@ async fn quorum_subscription_works() {
     // The broker names the first that differs: the type or the dead-lettering only quorum
     // subscriptions declare.
     assert!(err.to_string().contains("inequivalent arg"), "{err}");
-    n.cleanup(&[]).await;
+    cleanup(&n, &[]).await;
 }
 
 /// A seed-style publisher counts retries in `x-death` only: its count is taken as calls made.
@@ -350,9 +314,9 @@ async fn x_death_of_a_seed_retry_queue_counts_as_calls_made() {
     // Two calls already made, so this is call 3 = max_retries + 1: a retry parks it.
     let queues = (n.master(), n.q(), n.failed());
     let route = (queues.0.as_str(), queues.1.as_str(), queues.2.as_str());
-    let h = common::retried_until_parked(&ch, route, h, Duration::from_secs(10)).await;
+    let h = harness::retried_until_parked(&ch, route, h, Duration::from_secs(10)).await;
     assert_eq!(h["worker-failed-reason"], "retries-exhausted");
     assert_eq!(h["worker-attempts"], "3");
     svc.stop().await;
-    n.cleanup(&[]).await;
+    cleanup(&n, &[]).await;
 }

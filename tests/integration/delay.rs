@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use worker_host::delay::{DelayError, Delayer};
 use worker_host::topology::Destination;
 
-use crate::common;
+use crate::harness;
 
 /// A delay topology under a unique prefix, with a mover that reconnects until stopped.
 struct Topology {
@@ -28,8 +28,8 @@ impl Topology {
     async fn start(levels: u8) -> Topology {
         let delayer = Delayer::new(levels)
             .expect("valid levels")
-            .with_prefix(common::unique("wd"));
-        let conn = common::connect().await;
+            .with_prefix(harness::unique("wd"));
+        let conn = harness::connect().await;
         delayer
             .declare(&conn)
             .await
@@ -50,14 +50,14 @@ impl Topology {
         let plan = self.delayer.plan();
         let queues: Vec<String> = plan.queues.iter().map(|q| q.name.clone()).collect();
         let exchanges: Vec<String> = plan.exchanges.iter().map(|e| e.name.clone()).collect();
-        common::cleanup(&queues, &exchanges).await;
+        harness::cleanup(&queues, &exchanges).await;
     }
 }
 
 /// Runs the mover, reconnecting (as the service does) until `cancel` fires.
 async fn mover_forever(delayer: Delayer, cancel: CancellationToken) {
     while !cancel.is_cancelled() {
-        let url = common::broker_url();
+        let url = harness::broker_url();
         let conn = match Connection::connect(&url, lapin::ConnectionProperties::default()).await {
             Ok(conn) => std::sync::Arc::new(conn),
             Err(_) => {
@@ -75,8 +75,8 @@ async fn mover_forever(delayer: Delayer, cancel: CancellationToken) {
 
 /// A topic exchange and a queue bound to it with `pattern`, both unique.
 async fn target(ch: &Channel, pattern: &str) -> (String, String) {
-    let exchange = common::unique("wd-target-ex");
-    let queue = common::unique("wd-target-q");
+    let exchange = harness::unique("wd-target-ex");
+    let queue = harness::unique("wd-target-q");
     ch.exchange_declare(
         exchange.as_str().into(),
         ExchangeKind::Topic,
@@ -130,7 +130,7 @@ fn header_names(props: &BasicProperties) -> Vec<String> {
 #[tokio::test]
 async fn a_short_delay_overtakes_a_long_one_and_arrives_as_published() {
     let topo = Topology::start(5).await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     let (exchange, queue) = target(&ch, "order.#").await;
     let mut arrivals = ch
         .basic_consume(
@@ -216,7 +216,7 @@ async fn a_short_delay_overtakes_a_long_one_and_arrives_as_published() {
     );
 
     let _ = conn.close(200, "bye".into()).await;
-    common::cleanup(&[queue], &[exchange]).await;
+    harness::cleanup(&[queue], &[exchange]).await;
     topo.stop().await;
 }
 
@@ -226,7 +226,7 @@ async fn a_short_delay_overtakes_a_long_one_and_arrives_as_published() {
 async fn precision_over_a_spread_of_delays() {
     const MESSAGES: usize = 50;
     let topo = Topology::start(5).await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     let (exchange, queue) = target(&ch, "#").await;
     let mut arrivals = ch
         .basic_consume(
@@ -291,16 +291,16 @@ async fn precision_over_a_spread_of_delays() {
     );
 
     let _ = conn.close(200, "bye".into()).await;
-    common::cleanup(&[queue], &[exchange]).await;
+    harness::cleanup(&[queue], &[exchange]).await;
     topo.stop().await;
 }
 
 #[tokio::test]
 async fn a_message_for_a_missing_exchange_is_parked_and_the_mover_goes_on() {
     let topo = Topology::start(2).await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     let (exchange, queue) = target(&ch, "#").await;
-    let missing = common::unique("wd-missing");
+    let missing = harness::unique("wd-missing");
     let d = &topo.delayer;
     d.publish(
         &ch,
@@ -323,12 +323,12 @@ async fn a_message_for_a_missing_exchange_is_parked_and_the_mover_goes_on() {
     .await
     .expect("publish");
 
-    let parked = common::eventually(
+    let parked = harness::eventually(
         Duration::from_secs(10),
         "the orphan parked in the dead queue",
         || {
             let (ch, dead) = (ch.clone(), d.dead());
-            async move { common::get(&ch, &dead).await }
+            async move { harness::get(&ch, &dead).await }
         },
     )
     .await;
@@ -341,26 +341,26 @@ async fn a_message_for_a_missing_exchange_is_parked_and_the_mover_goes_on() {
     assert_eq!(rendered["x-delay-exchange"], missing);
     assert_eq!(rendered["mine"], "kept");
 
-    let fine = common::eventually(
+    let fine = harness::eventually(
         Duration::from_secs(10),
         "the next message delivered",
         || {
             let (ch, queue) = (ch.clone(), queue.clone());
-            async move { common::get(&ch, &queue).await }
+            async move { harness::get(&ch, &queue).await }
         },
     )
     .await;
     assert_eq!(fine.delivery.data, b"fine");
 
     let _ = conn.close(200, "bye".into()).await;
-    common::cleanup(&[queue], &[exchange]).await;
+    harness::cleanup(&[queue], &[exchange]).await;
     topo.stop().await;
 }
 
 #[tokio::test]
 async fn delays_beyond_the_maximum_are_refused() {
     let d = Delayer::new(2).expect("valid levels");
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     let err = d
         .publish(
             &ch,
@@ -387,11 +387,11 @@ async fn the_topology_binds_levels_exchange_to_exchange() {
     let topo = Topology::start(1).await;
     let plan = topo.delayer.plan();
     // Declaring twice is idempotent.
-    let conn = common::connect().await;
+    let conn = harness::connect().await;
     topo.delayer.declare(&conn).await.expect("declare again");
     let ch = conn.create_channel().await.expect("channel");
     for q in &plan.queues {
-        common::depth(&ch, &q.name).await;
+        harness::depth(&ch, &q.name).await;
     }
     assert!(
         plan.bindings.iter().any(
@@ -408,7 +408,7 @@ async fn the_topology_binds_levels_exchange_to_exchange() {
 #[tokio::test]
 async fn broker_restart_a_waiting_message_survives() {
     let topo = Topology::start(5).await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     let (exchange, queue) = target(&ch, "#").await;
     let delay = Duration::from_secs(20);
     let due = Instant::now() + delay;
@@ -441,13 +441,13 @@ async fn broker_restart_a_waiting_message_survives() {
     );
 
     // The broker is back (start_app returned); the mover reconnects by itself.
-    let (conn, ch) = common::channel().await;
-    let got = common::eventually(
+    let (conn, ch) = harness::channel().await;
+    let got = harness::eventually(
         Duration::from_secs(60),
         "the delayed message after the restart",
         || {
             let (ch, queue) = (ch.clone(), queue.clone());
-            async move { common::get(&ch, &queue).await }
+            async move { harness::get(&ch, &queue).await }
         },
     )
     .await;
@@ -457,6 +457,6 @@ async fn broker_restart_a_waiting_message_survives() {
     eprintln!("arrived {:?} after its due time", now - due);
 
     let _ = conn.close(200, "bye".into()).await;
-    common::cleanup(&[queue], &[exchange]).await;
+    harness::cleanup(&[queue], &[exchange]).await;
     topo.stop().await;
 }

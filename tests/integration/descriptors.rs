@@ -7,7 +7,7 @@ mod support;
 use std::io::Read as _;
 use std::time::{Duration, Instant};
 
-use crate::common;
+use crate::harness::{self, http_get_within};
 use support::*;
 
 /// Exchanges and one subscription per queue in `queues`, all named from `p`.
@@ -31,7 +31,7 @@ async fn cleanup(p: &str, queues: &[&str]) {
         }
     }
     let exchanges = ["master", "retry", "failed"].map(|e| format!("{p}.{e}"));
-    common::cleanup(&all, &exchanges).await;
+    harness::cleanup(&all, &exchanges).await;
 }
 
 #[tokio::test]
@@ -39,20 +39,20 @@ async fn idle_admin_connections_beyond_the_fd_limit_starve_neither_probes_nor_re
     // More than the 1,024 descriptors the process may open: without a cap, accepting them
     // would use up every descriptor it has.
     const IDLE: usize = 1200;
-    let p = common::unique("fd-idle");
+    let p = harness::unique("fd-idle");
     let plugin = ok_plugin();
-    let proc = Process::spawn(
+    let mut proc = spawn(
         "1024:1024",
-        &common::broker_url(),
+        &harness::broker_url(),
         &worker_toml(&p, &["a"]),
         &[("ok.wasm", &plugin)],
     );
-    proc.wait_ready(Duration::from_secs(30)).await;
-    proc.wait_soft_nofile(1024).await;
+    wait_ready(&proc, Duration::from_secs(30)).await;
+    wait_soft_nofile(&proc, 1024).await;
 
     let idle: Vec<std::net::TcpStream> = (0..IDLE)
         .map(|i| {
-            std::net::TcpStream::connect(("127.0.0.1", proc.admin))
+            std::net::TcpStream::connect(proc.admin())
                 .unwrap_or_else(|e| panic!("idle connection {i}: {e}"))
         })
         .collect();
@@ -60,7 +60,7 @@ async fn idle_admin_connections_beyond_the_fd_limit_starve_neither_probes_nor_re
     for path in ["/metrics", "/readyz"] {
         let started = Instant::now();
         // Under the 5 s header timeout that would free descriptors anyway: room was made at once.
-        let (status, body) = http_get(proc.admin, path, Duration::from_secs(3))
+        let (status, body) = http_get_within(proc.admin(), path, Duration::from_secs(3))
             .await
             .unwrap_or_else(|| panic!("{path} did not answer within 3s:\n{}", proc.log()));
         assert_eq!(status, 200, "{path}: {body}");
@@ -71,11 +71,11 @@ async fn idle_admin_connections_beyond_the_fd_limit_starve_neither_probes_nor_re
     }
 
     // A config reload still applies: the new subscription starts consuming.
-    let text = std::fs::read_to_string(proc.dir.path().join("worker.toml")).expect("config");
+    let text = std::fs::read_to_string(proc.dir().join("worker.toml")).expect("config");
     let added = text.replace(&worker_toml(&p, &["a"]), &worker_toml(&p, &["a", "b"]));
-    save_config(proc.dir.path(), &added);
-    let (conn, _ch) = common::channel().await;
-    common::wait_consuming(&conn, &format!("{p}.b")).await;
+    save_config(proc.dir(), &added);
+    let (conn, _ch) = harness::channel().await;
+    harness::wait_consuming(&conn, &format!("{p}.b")).await;
 
     // The server closes every idle connection: at once to make room, or when its headers time
     // out (5s).
@@ -94,49 +94,49 @@ async fn idle_admin_connections_beyond_the_fd_limit_starve_neither_probes_nor_re
         }
     }
 
-    proc.assert_no_panic();
-    assert_eq!(proc.stop().await, Some(0));
+    assert_no_panic(&proc);
+    assert_eq!(proc.terminate().await.code(), Some(0));
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&p, &["a", "b"]).await;
 }
 
 #[tokio::test]
 async fn the_limit_is_raised_and_a_lost_connection_without_spare_descriptors_does_not_panic() {
-    let p = common::unique("fd-lost");
+    let p = harness::unique("fd-lost");
     let proxy = Proxy::start().await;
     let plugin = ok_plugin();
-    let proc = Process::spawn(
+    let mut proc = spawn(
         "256:4096",
         &proxy.url(),
         &worker_toml(&p, &["a"]),
         &[("ok.wasm", &plugin)],
     );
-    proc.wait_soft_nofile(4096).await;
+    wait_soft_nofile(&proc, 4096).await;
     proc.wait_log(
         "open-file limit raised from 256 to 4096",
         Duration::from_secs(10),
     )
     .await;
-    proc.wait_ready(Duration::from_secs(30)).await;
+    wait_ready(&proc, Duration::from_secs(30)).await;
 
     // Not one descriptor to spare, then the connection drops under lapin's I/O thread.
-    let io_threads = proc.threads("lapin-io-loop");
+    let io_threads = threads(&proc, "lapin-io-loop");
     assert_eq!(io_threads.len(), 1, "one broker connection");
     // Only the soft limit: raising a hard limit again needs privileges.
-    let open = proc.open_fds();
-    proc.set_nofile(open, 4096);
+    let open = open_fds(&proc);
+    set_nofile(&proc, open, 4096);
     proxy.cut();
     // Its I/O thread ends, after dropping the socket (where the panic used to happen).
-    common::eventually(Duration::from_secs(10), "the I/O thread to end", || async {
-        (!proc.threads("lapin-io-loop").contains(&io_threads[0])).then_some(())
+    harness::eventually(Duration::from_secs(10), "the I/O thread to end", || async {
+        (!threads(&proc, "lapin-io-loop").contains(&io_threads[0])).then_some(())
     })
     .await;
-    proc.assert_no_panic();
+    assert_no_panic(&proc);
 
     // With descriptors again, it reconnects on its own.
-    proc.set_nofile(4096, 4096);
-    proc.wait_ready(Duration::from_secs(30)).await;
-    proc.assert_no_panic();
-    assert_eq!(proc.stop().await, Some(0));
+    set_nofile(&proc, 4096, 4096);
+    wait_ready(&proc, Duration::from_secs(30)).await;
+    assert_no_panic(&proc);
+    assert_eq!(proc.terminate().await.code(), Some(0));
     cleanup(&p, &["a"]).await;
 }

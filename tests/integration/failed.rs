@@ -12,7 +12,7 @@ use lapin::types::{AMQPValue, ByteArray, FieldArray, FieldTable};
 use worker_host::failed::{self, FailedError, Selection};
 use worker_host::outcome;
 
-use crate::common;
+use crate::harness;
 use support::*;
 
 /// Own headers of every AMQP kind the list must show as JSON.
@@ -53,12 +53,12 @@ fn rich_props() -> BasicProperties {
 async fn list_prints_every_header_the_properties_and_a_stable_id() {
     let s = Setup::new();
     let service = s.start().await;
-    let (conn, ch) = common::channel().await;
-    common::publish(&ch, &s.master(), "evt.created", b"body 0", props(0)).await;
+    let (conn, ch) = harness::channel().await;
+    harness::publish(&ch, &s.master(), "evt.created", b"body 0", props(0)).await;
     // No message id: the id is a digest.
     let long = vec![b'x'; 300];
-    common::publish(&ch, &s.master(), "evt.updated", &long, rich_props()).await;
-    common::publish(&ch, &s.master(), "evt.created", b"body 2", props(2)).await;
+    harness::publish(&ch, &s.master(), "evt.updated", &long, rich_props()).await;
+    harness::publish(&ch, &s.master(), "evt.created", b"body 2", props(2)).await;
     wait_depth(&ch, &s.failed(), 3).await;
     service.stop().await;
 
@@ -135,13 +135,13 @@ async fn list_prints_every_header_the_properties_and_a_stable_id() {
 async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
     let s = Setup::new();
     let service = s.start().await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     for i in 0..3 {
-        common::publish(&ch, &s.master(), "evt.created", b"x", props(i)).await;
+        harness::publish(&ch, &s.master(), "evt.created", b"x", props(i)).await;
     }
     wait_depth(&ch, &s.failed(), 3).await;
     service.stop().await;
-    assert_eq!(common::depth(&ch, &s.other()).await, 3);
+    assert_eq!(harness::depth(&ch, &s.other()).await, 3);
 
     let report = failed::replay(&s.config(), &s.q(), &Selection::First(2))
         .await
@@ -149,12 +149,12 @@ async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
     assert_eq!(report.done, 2);
     assert!(report.missing.is_empty());
     wait_depth(&ch, &s.q(), 2).await;
-    assert_eq!(common::depth(&ch, &s.failed()).await, 1);
+    assert_eq!(harness::depth(&ch, &s.failed()).await, 1);
     // The other subscriber of evt.* got nothing more.
-    assert_eq!(common::depth(&ch, &s.other()).await, 3);
+    assert_eq!(harness::depth(&ch, &s.other()).await, 3);
 
     for i in 0..2 {
-        let msg = common::get(&ch, &s.q()).await.expect("a replayed message");
+        let msg = harness::get(&ch, &s.q()).await.expect("a replayed message");
         let props = &msg.delivery.properties;
         assert_eq!(
             props.message_id().as_ref().map(|m| m.as_str().to_string()),
@@ -162,7 +162,7 @@ async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
         );
         assert_eq!(msg.delivery.routing_key.as_str(), s.q());
         assert_eq!(*props.delivery_mode(), Some(2));
-        let h = common::headers_of(&msg);
+        let h = harness::headers_of(&msg);
         assert_eq!(h[outcome::ATTEMPTS], "0");
         assert_eq!(h[outcome::ORIG_ROUTING_KEY], "evt.created");
         assert_eq!(h["mine"], format!("v{i}"));
@@ -185,9 +185,9 @@ async fn replay_ends_while_the_plugin_still_fails() {
     const N: usize = 40;
     let s = Setup::new();
     let service = s.start().await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     for i in 0..N {
-        common::publish(&ch, &s.master(), "evt.created", b"x", props(i)).await;
+        harness::publish(&ch, &s.master(), "evt.created", b"x", props(i)).await;
     }
     wait_depth(&ch, &s.failed(), N as u32).await;
 
@@ -201,11 +201,11 @@ async fn replay_ends_while_the_plugin_still_fails() {
     .expect("replay");
     assert_eq!(report.done, N as u64);
     wait_depth(&ch, &s.failed(), N as u32).await;
-    let again = common::get(&ch, &s.failed()).await.expect("parked again");
-    let h = common::headers_of(&again);
+    let again = harness::get(&ch, &s.failed()).await.expect("parked again");
+    let h = harness::headers_of(&again);
     assert_eq!(h[outcome::ATTEMPTS], "1");
     assert_eq!(h[outcome::ORIG_ROUTING_KEY], "evt.created");
-    assert_eq!(common::depth(&ch, &s.other()).await, N as u32);
+    assert_eq!(harness::depth(&ch, &s.other()).await, N as u32);
 
     service.stop().await;
     let _ = conn.close(200, "bye".into()).await;

@@ -12,8 +12,8 @@ pub(crate) mod support;
 
 use std::time::{Duration, Instant};
 
-use crate::common::{self, Service};
-use crate::service::support::{Host, body, depth, drain, free_addr, http_get, wait_status};
+use crate::harness::{self, Host, free_addr, http_get, wait_status};
+use crate::service::support::{body, depth, drain, start};
 use support::*;
 
 /// A plugin publish to an exchange that does not exist: one channel closes, never the
@@ -35,10 +35,10 @@ async fn a_publish_to_a_missing_exchange_closes_one_channel_not_the_connection()
             second = n.second_subscription(),
         ),
     );
-    let service = Service::start(&toml, &[("script.wasm", &script())]).await;
-    let conn = common::connect().await;
-    common::wait_consuming(&conn, &n.q()).await;
-    common::wait_consuming(&conn, &n.q2()).await;
+    let service = Host::in_process(&toml, &[("script.wasm", &script())]).await;
+    let conn = harness::connect().await;
+    harness::wait_consuming(&conn, &n.q()).await;
+    harness::wait_consuming(&conn, &n.q2()).await;
 
     let bad = |i: u32| i % 10 == 3;
     let messages = (0..200).map(|i| {
@@ -98,9 +98,9 @@ async fn deleted_retry_and_failed_queues_are_declared_again() {
         Some(admin),
         "max_retries = 1\nretry_delays = [\"1s\"]",
     );
-    let service = Service::start(&toml, &[("script.wasm", &script())]).await;
-    let conn = common::connect().await;
-    common::wait_consuming(&conn, &n.q()).await;
+    let service = Host::in_process(&toml, &[("script.wasm", &script())]).await;
+    let conn = harness::connect().await;
+    harness::wait_consuming(&conn, &n.q()).await;
     let ch = conn.create_channel().await.expect("channel");
     for q in [n.retry("1s"), n.failed()] {
         ch.queue_delete(q.as_str().into(), Default::default())
@@ -141,9 +141,9 @@ async fn a_deleted_exchange_is_declared_again_before_retries_come_due() {
     let toml = n
         .toml(&fwd.url(), Some(admin), "retry_delays = [\"4s\"]")
         .replace("[broker]\n", "[broker]\ntopology_check = \"500ms\"\n");
-    let service = Service::start(&toml, &[("script.wasm", &script())]).await;
-    let conn = common::connect().await;
-    common::wait_consuming(&conn, &n.q()).await;
+    let service = Host::in_process(&toml, &[("script.wasm", &script())]).await;
+    let conn = harness::connect().await;
+    harness::wait_consuming(&conn, &n.q()).await;
     // Retry once, then ok (published to `seen`).
     let messages = (0..10).map(|i| (n.q(), retry_then_ok(i), n.out()));
     publish_to(&conn, &n.master(), messages).await;
@@ -178,11 +178,11 @@ async fn a_deleted_exchange_is_declared_again_before_retries_come_due() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_message_is_parked_without_running_the_plugin() {
     let n = Faults::new("oversized");
-    let url = common::broker_url();
+    let url = harness::broker_url();
     let toml = n.toml(&url, None, "max_message_size = \"64KiB\"");
-    let service = Service::start(&toml, &[("script.wasm", &script())]).await;
-    let conn = common::connect().await;
-    common::wait_consuming(&conn, &n.q()).await;
+    let service = Host::in_process(&toml, &[("script.wasm", &script())]).await;
+    let conn = harness::connect().await;
+    harness::wait_consuming(&conn, &n.q()).await;
     let mut big = body(b'o', 1);
     big.resize(100 << 10, b'x');
     let messages = [(n.q(), big, n.out()), (n.q(), body(b'o', 2), n.out())];
@@ -213,16 +213,16 @@ async fn retrying_a_large_message_keeps_one_copy_of_its_body() {
     const SIZE: usize = 96 << 20;
     let n = Faults::new("large");
     let toml = n.toml(
-        &common::broker_url(),
+        &harness::broker_url(),
         None,
         "max_message_size = \"128MiB\"\nmax_retries = 1\nretry_delays = [\"1s\"]\nconcurrency = 1",
     );
     let dir = n.config_dir(&toml);
     crate::service::support::declare(dir.path()).await;
-    let mut host = Host::start(dir.path(), 1);
-    let conn = common::connect().await;
+    let mut host = start(dir.path(), 1);
+    let conn = harness::connect().await;
     wait_consuming_long(&conn, &n.q()).await;
-    let pid = host.child.id();
+    let pid = host.pid();
     let base = rss_kib(pid, "VmRSS");
     let mut big = body(b'r', 1);
     big.resize(SIZE, b'x');
@@ -261,9 +261,9 @@ async fn broker_global_consumer_timeout_does_not_multiply_a_message() {
         None,
         "timeout = \"150s\"\nmax_retries = 0\nconcurrency = 2",
     );
-    let service = Service::start(&toml, &[("script.wasm", &script())]).await;
-    let conn = common::connect().await;
-    common::wait_consuming(&conn, &n.q()).await;
+    let service = Host::in_process(&toml, &[("script.wasm", &script())]).await;
+    let conn = harness::connect().await;
+    harness::wait_consuming(&conn, &n.q()).await;
     // 'l' loops until stopped; the good ones answer at once.
     let messages = [(n.q(), body(b'l', 0), n.out())]
         .into_iter()
@@ -302,25 +302,25 @@ async fn broker_global_blocked_publishing_is_not_ready_and_shutdown_is_bounded()
     // Each message loops until its 100 ms timeout and is parked: the host publishes all along.
     let toml = n
         .toml(
-            &common::broker_url(),
+            &harness::broker_url(),
             Some(admin),
             "concurrency = 4\ntimeout = \"100ms\"\nmax_retries = 0",
         )
         .replace("[broker]\n", "[broker]\nshutdown_timeout = \"2s\"\n");
     let dir = n.config_dir(&toml);
     crate::service::support::declare(dir.path()).await;
-    let conn = common::connect().await;
+    let conn = harness::connect().await;
     publish_to(
         &conn,
         &n.master(),
         (0..N).map(|i| (n.q(), body(b'l', i), n.out())),
     )
     .await;
-    let mut host = Host::start(dir.path(), 1);
+    let mut host = start(dir.path(), 1);
     wait_count(&conn, &n.failed(), 20, Duration::from_secs(60)).await;
 
     let alarm = MemoryAlarm::raise().await;
-    let reason = common::eventually(
+    let reason = harness::eventually(
         Duration::from_secs(20),
         "readyz 503 while blocked",
         || async {
@@ -390,7 +390,7 @@ async fn sigterm_while_connecting_declaring_or_reconnecting_exits_within_5s() {
     for (what, url, log_line) in cases {
         let n = Faults::new(what);
         let dir = n.config_dir(&n.toml(&url, None, ""));
-        let mut host = Host::start(dir.path(), 1);
+        let mut host = start(dir.path(), 1);
         // Accept the TCP connection of the silent broker so the host waits in the handshake.
         let _held = if what == "connecting" {
             let accepted = tokio::time::timeout(Duration::from_secs(20), silent.accept()).await;

@@ -8,18 +8,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lapin::BasicProperties;
 use serde_json::{Value, json};
 use sqlx::{AssertSqlSafe, Connection as _, PgPool, SqlitePool};
 
-use crate::capabilities::support::spawn;
-use crate::common;
 use crate::faults::support::metric;
-use crate::service::support::{BrokerDown, free_addr, http_get};
+use crate::harness::{self, Host, free_addr, http_get};
+use crate::service::support::BrokerDown;
 
 const ORDERS: usize = 1000;
 /// The payment window: every order must be created and its payment handled within it, kills
@@ -146,7 +144,7 @@ fn worker_toml(p: &str, state: &Path, admin: SocketAddr, url: &str) -> String {
          bindings = [{{ exchange = \"{ex}\", key = \"stock.locked\" }}]\n\n\
          [[queue]]\nname = \"{p}.capture\"\nbindings = [{{ exchange = \"{ex}\", key = \"#\" }}]\n\n\
          [sql.shop]\nurl = \"{url}\"\n\n",
-        broker = common::broker_url(),
+        broker = harness::broker_url(),
         state = state.display(),
         order_ttl = ORDER_TTL.as_secs(),
         stock_ttl = STOCK_TTL.as_secs(),
@@ -161,36 +159,19 @@ fn worker_toml(p: &str, state: &Path, admin: SocketAddr, url: &str) -> String {
     toml
 }
 
-/// The binary as a child process, its log appended to one file across restarts.
-struct Host {
-    child: Child,
-    config: PathBuf,
-    log: PathBuf,
-    admin: SocketAddr,
+/// The host (the binary, its log appended to one file across restarts) and the duplicates it
+/// counted across its processes.
+struct Running {
+    host: Host,
     /// `worker_duplicates_total` of the processes before this one, and this one's last reading.
     duplicates_before: u64,
     duplicates_now: u64,
 }
 
-impl Host {
-    fn spawn(config: &Path, log: &Path) -> Child {
-        spawn(config, log, &[("RUST_LOG", "warn")])
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The last `n` lines of the log, for a failure's message (the log dies with the test).
-    fn log_tail(&self, n: usize) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
-    }
-
+impl Running {
     /// Reads this process's duplicates counter (kept when the process is gone).
     async fn observe(&mut self) {
-        if let Some((_, text)) = http_get(self.admin, "/metrics").await {
+        if let Some((_, text)) = http_get(self.host.admin(), "/metrics").await {
             let sum = metric(&text, "worker_duplicates_total", "");
             self.duplicates_now = self.duplicates_now.max(sum as u64);
         }
@@ -199,30 +180,14 @@ impl Host {
     /// SIGKILL, then a new process on the same config.
     async fn kill_and_restart(&mut self, why: &str) {
         self.observe().await;
-        self.child.kill().expect("SIGKILL");
-        let _ = self.child.wait();
+        self.host.kill();
         eprintln!("killed the host: {why}");
         self.duplicates_before += std::mem::take(&mut self.duplicates_now);
-        self.child = Host::spawn(&self.config, &self.log);
+        self.host.respawn();
     }
 
     fn duplicates(&self) -> u64 {
         self.duplicates_before + self.duplicates_now
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = self.log();
-            let tail: Vec<&str> = log.lines().rev().take(80).collect();
-            eprintln!("---- worker-host log (last lines) ----");
-            for line in tail.into_iter().rev() {
-                eprintln!("{line}");
-            }
-        }
     }
 }
 
@@ -235,7 +200,7 @@ fn qty(i: usize) -> i64 {
 }
 
 async fn order_flow(postgres: bool) {
-    let p = common::unique(if postgres { "orders-pg" } else { "orders-lite" });
+    let p = harness::unique(if postgres { "orders-pg" } else { "orders-lite" });
     let dir = tempfile::tempdir().expect("temp dir");
     let (plugins, state) = (dir.path().join("plugins"), dir.path().join("state"));
     std::fs::create_dir_all(&plugins).expect("plugins dir");
@@ -257,21 +222,20 @@ async fn order_flow(postgres: bool) {
     let admin = free_addr();
     let config = dir.path().join("worker.toml");
     std::fs::write(&config, worker_toml(&p, &state, admin, &url)).expect("worker.toml");
-    let log = dir.path().join("host.log");
-    let mut host = Host {
-        child: Host::spawn(&config, &log),
-        config,
-        log,
-        admin,
+    let mut host = Running {
+        host: Host::child(&config)
+            .env("RUST_LOG", "warn")
+            .admin(admin)
+            .start(),
         duplicates_before: 0,
         duplicates_now: 0,
     };
-    let conn = common::connect().await;
+    let conn = harness::connect().await;
     // The first start compiles two interpreters' components (cached for the restarts).
     for (queue, _, _) in SUBSCRIPTIONS {
         let queue = format!("{p}.{queue}");
-        common::eventually(Duration::from_secs(180), &queue, || async {
-            common::probe(&conn, &queue)
+        harness::eventually(Duration::from_secs(180), &queue, || async {
+            harness::probe(&conn, &queue)
                 .await
                 .filter(|q| q.consumer_count() > 0)
         })
@@ -288,7 +252,7 @@ async fn order_flow(postgres: bool) {
     for i in 0..ORDERS {
         let body = json!({"order_id": order_id(i), "sku": SKU, "qty": qty(i)});
         let props = BasicProperties::default().with_message_id(order_id(i).into());
-        common::publish(
+        harness::publish(
             &ch,
             &ex,
             "order.create.order",
@@ -317,7 +281,7 @@ async fn order_flow(postgres: bool) {
         let body = json!({"order_id": order_id(i)});
         let props =
             BasicProperties::default().with_message_id(format!("pay-{}", order_id(i)).into());
-        common::publish(&ch, &ex, "order.pay", body.to_string().as_bytes(), props).await;
+        harness::publish(&ch, &ex, "order.pay", body.to_string().as_bytes(), props).await;
     }
     let _ = conn.close(200, "published".into()).await;
     wait_for(
@@ -382,21 +346,21 @@ async fn order_flow(postgres: bool) {
 }
 
 /// Polls `done` every 100 ms until `wait` passes, reading the duplicates counter meanwhile.
-async fn wait_for<F, Fut>(host: &mut Host, db: &Db, what: &str, wait: Duration, mut done: F)
+async fn wait_for<F, Fut>(host: &mut Running, db: &Db, what: &str, wait: Duration, mut done: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
     let deadline = Instant::now() + wait;
     while !done().await {
-        if let Ok(Some(status)) = host.child.try_wait() {
+        if let Some(status) = host.host.exit_status() {
             panic!("worker-host exited ({status}) waiting for {what}");
         }
         if Instant::now() >= deadline {
             panic!(
                 "no {what} after {wait:?}; {}\nthe host's log (RUST_LOG=warn), last 40 lines:\n{}",
                 summary(db).await,
-                host.log_tail(40)
+                host.host.log_tail(40)
             );
         }
         host.observe().await;
@@ -462,10 +426,10 @@ async fn check_database(db: &Db) {
 /// Every message the host published for an order (its close, its stock lock) has one message
 /// id of the form `<input id>:<n>`, however many copies went out.
 async fn check_published(p: &str) {
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     let queue = format!("{p}.capture");
     let mut ids: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
-    while let Some(msg) = common::get(&ch, &queue).await {
+    while let Some(msg) = harness::get(&ch, &queue).await {
         let key = msg.delivery.routing_key.to_string();
         if !matches!(key.as_str(), "order.release.other" | "stock.locked") {
             continue;
@@ -510,7 +474,7 @@ async fn cleanup(p: &str, db: Db) {
         queues.extend([format!("{q}@failed"), format!("{q}@retry.1s"), q]);
     }
     let exchanges = ["orders", "master", "retry", "failed"].map(|e| format!("{p}.{e}"));
-    common::cleanup(&queues, &exchanges).await;
+    harness::cleanup(&queues, &exchanges).await;
     if let Db::Postgres(pool, name) = db {
         pool.close().await;
         if let Ok(mut conn) =

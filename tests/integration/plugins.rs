@@ -6,7 +6,7 @@ use lapin::BasicProperties;
 use lapin::types::FieldTable;
 use worker_host::outcome;
 
-use crate::common::{self, Service, headers_of, wait_get};
+use crate::harness::{self, Host, Names, headers_of, wait_get};
 
 /// A built example plugin from plugins/ (scripts/test.sh builds them before the tests).
 fn plugin(file: &str) -> Vec<u8> {
@@ -26,52 +26,38 @@ async fn start(
     toml: &str,
     plugin_file: &str,
     queue: &str,
-) -> (Service, lapin::Connection, lapin::Channel) {
-    let svc = Service::start(toml, &[(plugin_file, &plugin(plugin_file))]).await;
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, queue).await;
+) -> (Host, lapin::Connection, lapin::Channel) {
+    let svc = Host::in_process(toml, &[(plugin_file, &plugin(plugin_file))]).await;
+    let (conn, ch) = harness::channel().await;
+    harness::wait_consuming(&conn, queue).await;
     (svc, conn, ch)
 }
 
-/// Names for one test: its own master/retry/failed exchanges and an `out` fanout with a `seen` queue.
-fn topology(p: &str) -> String {
-    format!(
-        "[exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
-         [[exchange]]\nname = \"{p}.out\"\ntype = \"topic\"\n\n\
-         [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"#\" }}]\n\n"
-    )
+/// One test's own master/retry/failed exchanges and an `out` topic exchange with a `seen` queue.
+fn topology(n: &Names) -> String {
+    format!("{}{}", n.exchanges_toml(), n.out_toml("topic"))
 }
 
-/// Deletes what a test declared: its subscription queue `q` with its failed and retry queue,
-/// the `seen` queue, the four exchanges of [`topology`], and any extra ones.
-async fn cleanup(p: &str, q: &str, retry: &str, queues: &[String], exchanges: &[String]) {
-    let mut all_queues = vec![
-        q.to_string(),
-        format!("{q}@failed"),
-        format!("{q}@retry.{retry}"),
-        format!("{p}.seen"),
-    ];
-    all_queues.extend_from_slice(queues);
-    let mut all_exchanges: Vec<String> = ["master", "retry", "failed", "out"]
-        .iter()
-        .map(|e| format!("{p}.{e}"))
-        .collect();
-    all_exchanges.extend_from_slice(exchanges);
-    common::cleanup(&all_queues, &all_exchanges).await;
+/// Deletes what a test declared: `queues` (subscription queues with their failed and retry
+/// queues), the `seen` queue, the four exchanges of [`topology`], and `exchanges`.
+async fn cleanup(n: &Names, queues: &[String], exchanges: &[String]) {
+    n.cleanup(queues).await;
+    harness::cleanup(&[], exchanges).await;
 }
 
 #[tokio::test]
 async fn user_monitor_acks_events_and_parks_malformed_json() {
-    let p = common::unique("umon");
+    let n = Names::new("umon");
+    let p = &n.p;
     let q = format!("{p}@user");
     let toml = format!(
         "{}[[subscription]]\nqueue = \"{q}\"\nplugin = \"user_monitor.wasm\"\nbindings = [\"user.*\"]\n\
          [subscription.config]\ngreeting = \"hi\"\n",
-        topology(&p)
+        topology(&n)
     );
     let (svc, _conn, ch) = start(&toml, "user_monitor.wasm", &q).await;
     let master = format!("{p}.master");
-    common::publish(
+    harness::publish(
         &ch,
         &master,
         "user.created",
@@ -79,7 +65,7 @@ async fn user_monitor_acks_events_and_parks_malformed_json() {
         BasicProperties::default(),
     )
     .await;
-    common::publish(
+    harness::publish(
         &ch,
         &master,
         "user.deleted",
@@ -94,29 +80,30 @@ async fn user_monitor_acks_events_and_parks_malformed_json() {
     assert_eq!(h["x-orig-routing-key"], "user.deleted");
     assert_eq!(h["worker-plugin"], "user_monitor.wasm");
     svc.stop().await;
-    assert_eq!(common::depth(&ch, &q).await, 0, "the good event was acked");
+    assert_eq!(harness::depth(&ch, &q).await, 0, "the good event was acked");
     assert!(
-        common::get(&ch, &format!("{q}@failed")).await.is_none(),
+        harness::get(&ch, &format!("{q}@failed")).await.is_none(),
         "only the bad one parked"
     );
-    cleanup(&p, &q, "30s", &[], &[]).await;
+    cleanup(&n, &[q], &[]).await;
 }
 
 #[tokio::test]
 async fn flaky_retries_then_publishes_on_ok() {
-    let p = common::unique("flaky");
+    let n = Names::new("flaky");
+    let p = &n.p;
     let q = format!("{p}@flaky");
     let toml = format!(
         "{}[[subscription]]\nqueue = \"{q}\"\nplugin = \"flaky.wasm\"\nbindings = [\"demo.#\"]\n\
          max_retries = 5\nretry_delays = [\"200ms\"]\npublish = [\"{p}.out\"]\n",
-        topology(&p)
+        topology(&n)
     );
     let (svc, _conn, ch) = start(&toml, "flaky.wasm", &q).await;
     let body = format!(
         r#"{{"outcome": "retry", "until_attempt": 3, "reason": "not yet",
             "publish": [{{"exchange": "{p}.out", "routing_key": "done", "body": {{"n": 1}}}}]}}"#
     );
-    common::publish(
+    harness::publish(
         &ch,
         &format!("{p}.master"),
         "demo.x",
@@ -129,26 +116,27 @@ async fn flaky_retries_then_publishes_on_ok() {
     assert_eq!(got.delivery.data, br#"{"n":1}"#);
     svc.stop().await;
     assert!(
-        common::get(&ch, &format!("{p}.seen")).await.is_none(),
+        harness::get(&ch, &format!("{p}.seen")).await.is_none(),
         "published once: only the ok call publishes"
     );
-    assert!(common::get(&ch, &format!("{q}@failed")).await.is_none());
-    cleanup(&p, &q, "200ms", &[], &[]).await;
+    assert!(harness::get(&ch, &format!("{q}@failed")).await.is_none());
+    cleanup(&n, &[q], &[]).await;
 }
 
 #[tokio::test]
 async fn c_plugin_without_the_sdk_republishes() {
-    let p = common::unique("cecho");
+    let n = Names::new("cecho");
+    let p = &n.p;
     let q = format!("{p}@echo");
     let toml = format!(
         "{}[[subscription]]\nqueue = \"{q}\"\nplugin = \"c_echo.wasm\"\nbindings = [\"echo.#\"]\npublish = [\"{p}.out\"]\n",
-        topology(&p)
+        topology(&n)
     );
     let (svc, _conn, ch) = start(&toml, "c_echo.wasm", &q).await;
     let mut h = FieldTable::default();
     h.insert("echo-to".into(), outcome::text("echoed"));
     h.insert("echo-exchange".into(), outcome::text(&format!("{p}.out")));
-    common::publish(
+    harness::publish(
         &ch,
         &format!("{p}.master"),
         "echo.1",
@@ -156,7 +144,7 @@ async fn c_plugin_without_the_sdk_republishes() {
         BasicProperties::default().with_headers(h),
     )
     .await;
-    common::publish(
+    harness::publish(
         &ch,
         &format!("{p}.master"),
         "echo.2",
@@ -170,7 +158,7 @@ async fn c_plugin_without_the_sdk_republishes() {
     let parked = wait_get(&ch, &format!("{q}@failed"), Duration::from_secs(10)).await;
     assert_eq!(headers_of(&parked)["worker-failed-reason"], "fail");
     svc.stop().await;
-    cleanup(&p, &q, "30s", &[], &[]).await;
+    cleanup(&n, &[q], &[]).await;
 }
 
 /// Seed 003 by config and plugins alone: an order is created, waits in the delay queue (a TTL
@@ -178,7 +166,8 @@ async fn c_plugin_without_the_sdk_republishes() {
 /// closes it and publishes the stock release.
 #[tokio::test]
 async fn seed_order_flow_closes_unpaid_orders_and_releases_stock() {
-    let p = common::unique("order");
+    let n = Names::new("order");
+    let p = &n.p;
     let ex = format!("{p}.order-event-exchange");
     let q = format!("{p}.order@release");
     let stock = format!("{p}.stock.release.stock.queue");
@@ -192,11 +181,11 @@ async fn seed_order_flow_closes_unpaid_orders_and_releases_stock() {
          [[subscription]]\nqueue = \"{q}\"\nplugin = \"order_close.wasm\"\nexchange = \"{ex}\"\n\
          bindings = [\"order.release.order\"]\npublish = [\"{ex}\"]\n\
          [subscription.config]\nexchange = \"{ex}\"\n",
-        topology(&p)
+        topology(&n)
     );
     let (svc, _conn, ch) = start(&toml, "order_close.wasm", &q).await;
     let started = std::time::Instant::now();
-    common::publish(
+    harness::publish(
         &ch,
         &ex,
         "order.create.order",
@@ -204,7 +193,7 @@ async fn seed_order_flow_closes_unpaid_orders_and_releases_stock() {
         BasicProperties::default(),
     )
     .await;
-    common::publish(
+    harness::publish(
         &ch,
         &ex,
         "order.create.order",
@@ -222,22 +211,23 @@ async fn seed_order_flow_closes_unpaid_orders_and_releases_stock() {
     assert_eq!(body["order_id"], 42, "{body}");
     svc.stop().await;
     assert!(
-        common::get(&ch, &stock).await.is_none(),
+        harness::get(&ch, &stock).await.is_none(),
         "the paid order keeps its stock"
     );
-    cleanup(&p, &q, "30s", &[stock, delay], &[ex]).await;
+    cleanup(&n, &[q, stock, delay], &[ex]).await;
 }
 
 /// A plugin's `publish` with `delay_ms` goes through the delay levels and arrives with its own
 /// exchange and routing key after the delay.
 #[tokio::test]
 async fn plugin_publish_with_a_delay_arrives_after_it() {
-    let p = common::unique("pdelay");
+    let n = Names::new("pdelay");
+    let p = &n.p;
     let q = format!("{p}@flaky");
     let toml = format!(
         "{}[delay]\nlevels = 28\n\n[[subscription]]\nqueue = \"{q}\"\nplugin = \"flaky.wasm\"\n\
          bindings = [\"demo.#\"]\npublish = [\"{p}.out\"]\n",
-        topology(&p)
+        topology(&n)
     );
     let (svc, _conn, ch) = start(&toml, "flaky.wasm", &q).await;
     let body = format!(
@@ -245,7 +235,7 @@ async fn plugin_publish_with_a_delay_arrives_after_it() {
             "body": "hello", "delay_ms": 1500}}]}}"#
     );
     let started = std::time::Instant::now();
-    common::publish(
+    harness::publish(
         &ch,
         &format!("{p}.master"),
         "demo.x",
@@ -266,5 +256,5 @@ async fn plugin_publish_with_a_delay_arrives_after_it() {
     assert_eq!(got.delivery.routing_key.as_str(), "later");
     assert_eq!(got.delivery.exchange.as_str(), format!("{p}.out"));
     svc.stop().await;
-    cleanup(&p, &q, "30s", &[], &[]).await;
+    cleanup(&n, &[q], &[]).await;
 }

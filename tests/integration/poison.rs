@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use lapin::types::{AMQPValue, FieldArray, FieldTable};
 use worker_host::outcome;
 
-use crate::common::{self, Service, headers_of, wait_get};
 use crate::faults::support::{Faults, script};
 use crate::forwarder::Forwarder;
+use crate::harness::{self, Host, headers_of, wait_get};
 use crate::raw_amqp::{self, RawProps, RawPublisher, Target};
 
 /// Normal messages published around each poison message.
@@ -18,27 +18,9 @@ const NORMAL: u32 = 200;
 /// Not UTF-8 either, and kept byte for byte.
 const POISON_BODY: &[u8] = b"o poison \xff\x00\xfe body";
 
-/// One test's private topology: the fault tests' names, retries after 200 ms.
-struct Names(Faults);
-
-impl Names {
-    fn new(test: &str) -> Names {
-        Names(Faults::new(test))
-    }
-    fn toml(&self, url: &str, extra: &str) -> String {
-        self.0
-            .toml(url, None, &format!("retry_delays = [\"200ms\"]\n{extra}"))
-    }
-    fn retry(&self) -> String {
-        self.0.retry("200ms")
-    }
-}
-
-impl std::ops::Deref for Names {
-    type Target = Faults;
-    fn deref(&self) -> &Faults {
-        &self.0
-    }
+/// The fault tests' config with broker `url`, retries after 200 ms.
+fn toml(n: &Faults, url: &str, extra: &str) -> String {
+    n.toml(url, None, &format!("retry_delays = [\"200ms\"]\n{extra}"))
 }
 
 /// Publishes `poison` (a raw property list) among `NORMAL` good messages, and checks that the
@@ -49,10 +31,14 @@ async fn parks_and_goes_on(test: &str, poison: Vec<u8>, problem: &str) {
 
 /// `parks_and_goes_on` with the host connected through `forwarder`.
 async fn parks_and_goes_on_via(forwarder: Forwarder, test: &str, poison: Vec<u8>, problem: &str) {
-    let n = Names::new(test);
-    let svc = Service::start(&n.toml(&forwarder.url(), ""), &[("script.wasm", &script())]).await;
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &n.q()).await;
+    let n = Faults::new(test);
+    let svc = Host::in_process(
+        &toml(&n, &forwarder.url(), ""),
+        &[("script.wasm", &script())],
+    )
+    .await;
+    let (conn, ch) = harness::channel().await;
+    harness::wait_consuming(&conn, &n.q()).await;
 
     // Good messages ask the plugin to publish their body to `out` ('o' = ok).
     let good = RawProps {
@@ -98,7 +84,7 @@ async fn parks_and_goes_on_via(forwarder: Forwarder, test: &str, poison: Vec<u8>
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut handled = BTreeSet::new();
     while handled.len() < NORMAL as usize {
-        match common::get(&ch, &n.seen()).await {
+        match harness::get(&ch, &n.seen()).await {
             Some(msg) => {
                 let body = String::from_utf8(msg.delivery.data).expect("a test body");
                 assert!(handled.insert(body.clone()), "{body} handled twice");
@@ -115,9 +101,12 @@ async fn parks_and_goes_on_via(forwarder: Forwarder, test: &str, poison: Vec<u8>
     }
     assert_eq!(forwarder.connections(), 1, "the host never reconnected");
     svc.stop().await;
-    assert_eq!(common::depth(&ch, &n.q()).await, 0, "everything acked");
-    assert_eq!(common::depth(&ch, &n.failed()).await, 0, "one parked only");
-    assert!(common::get(&ch, &n.seen()).await.is_none(), "nothing twice");
+    assert_eq!(harness::depth(&ch, &n.q()).await, 0, "everything acked");
+    assert_eq!(harness::depth(&ch, &n.failed()).await, 0, "one parked only");
+    assert!(
+        harness::get(&ch, &n.seen()).await.is_none(),
+        "nothing twice"
+    );
     n.cleanup().await;
 }
 
@@ -193,14 +182,14 @@ async fn an_unknown_field_type_is_parked() {
 /// the message ends parked once its retries are used up.
 #[tokio::test]
 async fn a_malformed_x_death_cannot_wedge_the_retry_queue() {
-    let n = Names::new("xdeathbad");
-    let svc = Service::start(
-        &n.toml(&common::broker_url(), "max_retries = 3"),
+    let n = Faults::new("xdeathbad");
+    let svc = Host::in_process(
+        &toml(&n, &harness::broker_url(), "max_retries = 3"),
         &[("script.wasm", &script())],
     )
     .await;
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &n.q()).await;
+    let (conn, ch) = harness::channel().await;
+    harness::wait_consuming(&conn, &n.q()).await;
     let mut h = FieldTable::default();
     h.insert(
         "x-death".into(),
@@ -211,14 +200,18 @@ async fn a_malformed_x_death_cannot_wedge_the_retry_queue() {
     h.insert("mine".into(), outcome::text("kept"));
     let queues = (n.master(), n.q(), n.failed());
     let route = (queues.0.as_str(), queues.1.as_str(), queues.2.as_str());
-    let h = common::retried_until_parked(&ch, route, h, Duration::from_secs(30)).await;
+    let h = harness::retried_until_parked(&ch, route, h, Duration::from_secs(30)).await;
     assert_eq!(h["worker-failed-reason"], "retries-exhausted");
     assert_eq!(h["worker-attempts"], "4");
     assert_eq!(h["mine"], "kept");
     let broker_owned: Vec<_> = h.keys().filter(|k| outcome::broker_owned(k)).collect();
     assert!(broker_owned.is_empty(), "republished {broker_owned:?}");
     svc.stop().await;
-    assert_eq!(common::depth(&ch, &n.retry()).await, 0, "nothing stuck");
-    assert_eq!(common::depth(&ch, &n.q()).await, 0);
+    assert_eq!(
+        harness::depth(&ch, &n.retry("200ms")).await,
+        0,
+        "nothing stuck"
+    );
+    assert_eq!(harness::depth(&ch, &n.q()).await, 0);
     n.cleanup().await;
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::common;
+use crate::harness;
 
 const FRAME_METHOD: u8 = 1;
 const FRAME_HEADER: u8 = 2;
@@ -33,7 +33,7 @@ pub struct Target {
 impl Target {
     /// The test broker.
     pub fn broker() -> Target {
-        Target::from_url(&common::broker_url())
+        Target::from_url(&harness::broker_url())
     }
 
     /// Parses the URL forms the tests use (no query, no percent escapes but `%2f`).

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use lapin::BasicProperties;
 
-use crate::common::{self, Service};
+use crate::harness::{self, Host, Names};
 use support::*;
 
 #[tokio::test]
@@ -24,17 +24,18 @@ async fn plugin_swapped_ten_times_under_a_stream_of_2000_messages() {
     let n = Names::new("reload-stream");
     let toml = format!(
         "{}{}",
-        n.topology_toml(),
-        n.sub_toml(
+        topology_toml(&n),
+        sub_toml(
+            &n,
             &n.q(),
             "key",
             "prefetch = 32\nconcurrency = 4\nmax_retries = 3"
         )
     );
-    let svc = Service::start(&toml, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
-    let plugin = svc.dir.path().join("plugins/hot.wasm");
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &n.q()).await;
+    let svc = Host::in_process(&toml, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
+    let plugin = svc.dir().join("plugins/hot.wasm");
+    let (conn, ch) = harness::channel().await;
+    harness::wait_consuming(&conn, &n.q()).await;
     let collector = Collector::start(&conn, &n.seen()).await;
 
     // The stream: message i has body "i". It runs until MESSAGES are out and every swap was
@@ -51,12 +52,12 @@ async fn plugin_swapped_ten_times_under_a_stream_of_2000_messages() {
         );
         let (key, master) = (n.key(), n.master());
         tokio::spawn(async move {
-            let (_conn, ch) = common::channel().await;
+            let (_conn, ch) = harness::channel().await;
             let mut floor = Vec::new();
             let mut i = 0usize;
             while (i < MESSAGES || !done.load(Ordering::SeqCst)) && i < 20 * MESSAGES {
                 floor.push(newest_seen.load(Ordering::SeqCst));
-                common::publish(
+                harness::publish(
                     &ch,
                     &master,
                     &key,
@@ -77,7 +78,7 @@ async fn plugin_swapped_ten_times_under_a_stream_of_2000_messages() {
     let mut latencies = Vec::new();
     for k in 1..=SWAPS {
         let segment = k * MESSAGES / (SWAPS + 1);
-        common::eventually(
+        harness::eventually(
             Duration::from_secs(60),
             &format!("{segment} published"),
             || async { (published.load(Ordering::SeqCst) >= segment).then_some(()) },
@@ -90,7 +91,7 @@ async fn plugin_swapped_ten_times_under_a_stream_of_2000_messages() {
         } else {
             write_via_rename(&plugin, &bytes);
         }
-        let first = common::eventually(
+        let first = harness::eventually(
             Duration::from_secs(30),
             &format!("v{k} serving"),
             || async { collector.first_of(k) },
@@ -104,7 +105,7 @@ async fn plugin_swapped_ten_times_under_a_stream_of_2000_messages() {
     swapping_done.store(true, Ordering::SeqCst);
     let floor = publisher.await.expect("publisher");
     let total = floor.len();
-    common::eventually(
+    harness::eventually(
         Duration::from_secs(60),
         &format!("{total} results"),
         || async { (collector.len() >= total).then_some(()) },
@@ -147,14 +148,14 @@ async fn plugin_swapped_ten_times_under_a_stream_of_2000_messages() {
             "v{k} handled nothing: {per_version:?}"
         );
     }
-    assert_eq!(common::depth(&ch, &n.q()).await, 0, "everything acked");
+    assert_eq!(harness::depth(&ch, &n.q()).await, 0, "everything acked");
     assert_eq!(
-        common::depth(&ch, &format!("{}@failed", n.q())).await,
+        harness::depth(&ch, &format!("{}@failed", n.q())).await,
         0,
         "nothing failed"
     );
     assert_eq!(
-        common::depth(&ch, &format!("{}@retry.200ms", n.q())).await,
+        harness::depth(&ch, &format!("{}@retry.200ms", n.q())).await,
         0,
         "nothing retried"
     );
@@ -226,7 +227,7 @@ async fn bad_files_keep_the_running_version_and_editor_saves_work() {
     probe_until(&ch, &n, 4, "in-place").await;
 
     // The version that ran is stamped on failed messages.
-    common::publish(
+    harness::publish(
         &ch,
         &n.master(),
         &n.key(),
@@ -234,8 +235,8 @@ async fn bad_files_keep_the_running_version_and_editor_saves_work() {
         BasicProperties::default(),
     )
     .await;
-    let parked = common::eventually(Duration::from_secs(10), "the parked message", || async {
-        common::get(&ch, &format!("{}@failed", n.q())).await
+    let parked = harness::eventually(Duration::from_secs(10), "the parked message", || async {
+        harness::get(&ch, &format!("{}@failed", n.q())).await
     })
     .await;
     let headers: BTreeMap<String, String> =
@@ -254,23 +255,23 @@ async fn bad_files_keep_the_running_version_and_editor_saves_work() {
 async fn subscriptions_follow_worker_toml_without_a_restart() {
     let n = Names::new("reload-config");
     let (qa, qb, qc) = (n.q(), format!("{}.b", n.p), format!("{}.c", n.p));
-    let only_a = format!("{}{}", n.topology_toml(), n.sub_toml(&qa, "key", ""));
-    let svc = Service::start(&only_a, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
-    let dir = svc.dir.path().to_path_buf();
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &qa).await;
+    let only_a = format!("{}{}", topology_toml(&n), sub_toml(&n, &qa, "key", ""));
+    let svc = Host::in_process(&only_a, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
+    let dir = svc.dir().to_path_buf();
+    let (conn, ch) = harness::channel().await;
+    harness::wait_consuming(&conn, &qa).await;
 
     // Added: B starts consuming.
-    let with_b = |extra: &str| format!("{only_a}{}", n.sub_toml(&qb, "keyb", extra));
+    let with_b = |extra: &str| format!("{only_a}{}", sub_toml(&n, &qb, "keyb", extra));
     save_config(&dir, &with_b("prefetch = 32\nconcurrency = 4"));
-    common::wait_consuming(&conn, &qb).await;
+    harness::wait_consuming(&conn, &qb).await;
 
     // Changed while a stream is in flight: B restarts with new prefetch, concurrency and retry
     // delays (its new retry queue shows the change applied); every message is handled once.
     let key_b = format!("{}.keyb.x", n.p);
     let total = 300usize;
     for i in 0..total / 2 {
-        common::publish(
+        harness::publish(
             &ch,
             &n.master(),
             &key_b,
@@ -284,7 +285,7 @@ async fn subscriptions_follow_worker_toml_without_a_restart() {
         &with_b("prefetch = 4\nconcurrency = 2\nretry_delays = [\"300ms\"]"),
     );
     for i in total / 2..total {
-        common::publish(
+        harness::publish(
             &ch,
             &n.master(),
             &key_b,
@@ -293,7 +294,7 @@ async fn subscriptions_follow_worker_toml_without_a_restart() {
         )
         .await;
     }
-    common::eventually(Duration::from_secs(10), "B's new retry queue", || async {
+    harness::eventually(Duration::from_secs(10), "B's new retry queue", || async {
         queue_exists(&conn, &format!("{qb}@retry.300ms"))
             .await
             .then_some(())
@@ -302,7 +303,7 @@ async fn subscriptions_follow_worker_toml_without_a_restart() {
     let mut bodies = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while bodies.len() < total {
-        match common::get(&ch, &n.seen()).await {
+        match harness::get(&ch, &n.seen()).await {
             Some(msg) => bodies.push(String::from_utf8_lossy(&msg.delivery.data).into_owned()),
             None if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await
@@ -318,7 +319,7 @@ async fn subscriptions_follow_worker_toml_without_a_restart() {
 
     // Removed: B's consumer goes away; A keeps consuming.
     save_config(&dir, &only_a);
-    common::eventually(Duration::from_secs(10), "B without consumers", || async {
+    harness::eventually(Duration::from_secs(10), "B without consumers", || async {
         (consumers(&conn, &qb).await == 0).then_some(())
     })
     .await;
@@ -327,7 +328,10 @@ async fn subscriptions_follow_worker_toml_without_a_restart() {
 
     // Broken: A keeps running. Absence of change cannot be polled for, so give the watcher
     // ten debounce periods to (wrongly) act on it.
-    let broken = format!("{only_a}{}", n.sub_toml(&qc, "keyc", "prefetch = \"lots\""));
+    let broken = format!(
+        "{only_a}{}",
+        sub_toml(&n, &qc, "keyc", "prefetch = \"lots\"")
+    );
     save_config(&dir, &broken);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
@@ -338,8 +342,8 @@ async fn subscriptions_follow_worker_toml_without_a_restart() {
     assert_eq!(probe(&ch, &n, "a-after-broken").await, 0);
 
     // Fixed: applied.
-    save_config(&dir, &format!("{only_a}{}", n.sub_toml(&qc, "keyc", "")));
-    common::wait_consuming(&conn, &qc).await;
+    save_config(&dir, &format!("{only_a}{}", sub_toml(&n, &qc, "keyc", "")));
+    harness::wait_consuming(&conn, &qc).await;
     assert_eq!(consumers(&conn, &qa).await, 1, "A untouched by the reloads");
 
     svc.stop().await;

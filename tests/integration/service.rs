@@ -12,7 +12,7 @@ pub(crate) mod support;
 
 use std::time::{Duration, Instant};
 
-use crate::common::{self, Service};
+use crate::harness::{self, Host, Names, free_addr, http_get, wait_status};
 
 use support::*;
 
@@ -23,21 +23,21 @@ const LOAD: &str = "prefetch = 16\nconcurrency = 4\nmax_retries = 0";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_stream_handles_every_message_at_least_once() {
     let n = Names::new("kill9");
-    let dir = config_dir(&n.toml(None, LOAD));
+    let dir = config_dir(&toml(&n, None, LOAD));
     declare(dir.path()).await;
-    let conn = common::connect().await;
+    let conn = harness::connect().await;
     publish_all(&conn, &n, (0..N).map(|i| body(b'o', i))).await;
 
-    let mut host = Host::start(dir.path(), 1);
+    let mut host = start(dir.path(), 1);
     let before = wait_depth(&conn, &n.seen(), N / 5, Duration::from_secs(120)).await;
-    host.kill9();
+    host.kill();
     let at_kill = depth(&conn, &n.seen()).await;
     assert!(
         at_kill < N,
         "the kill came after the stream ended ({at_kill} handled)"
     );
 
-    let mut host = Host::start(dir.path(), 2);
+    let mut host = start(dir.path(), 2);
     wait_all_taken(&conn, &n, N, Duration::from_secs(180)).await;
     host.signal("TERM");
     assert!(host.exit_within(Duration::from_secs(30)).await.success());
@@ -54,7 +54,7 @@ async fn kill_9_mid_stream_handles_every_message_at_least_once() {
     // Only messages handled but not yet acked when the process died come back: at most the
     // prefetch window.
     assert!(t.duplicates <= 16, "{t:?}");
-    n.cleanup().await;
+    cleanup(&n).await;
 }
 
 /// Starts the binary on `toml` (`n`'s config) and waits until message 0, an endless loop, is in
@@ -65,11 +65,11 @@ async fn start_with_a_loop_in_flight(
 ) -> (tempfile::TempDir, lapin::Connection, Host) {
     let dir = config_dir(toml);
     declare(dir.path()).await;
-    let conn = common::connect().await;
-    let host = Host::start(dir.path(), 1);
-    common::wait_consuming(&conn, &n.q()).await;
+    let conn = harness::connect().await;
+    let host = start(dir.path(), 1);
+    harness::wait_consuming(&conn, &n.q()).await;
     publish_all(&conn, n, [body(b'l', 0)]).await;
-    common::eventually(Duration::from_secs(20), "the loop in flight", || async {
+    harness::eventually(Duration::from_secs(20), "the loop in flight", || async {
         (depth(&conn, &n.q()).await == 0).then_some(())
     })
     .await;
@@ -88,7 +88,7 @@ async fn sigterm_under_load_drains_acks_once_and_exits_0() {
         "[broker]\nshutdown_timeout = \"{}s\"\n",
         SLOW.as_secs() + 15
     );
-    let toml = n.toml(None, &extra).replacen("[broker]\n", &shutdown, 1);
+    let toml = toml(&n, None, &extra).replacen("[broker]\n", &shutdown, 1);
     let (_dir, conn, mut host) = start_with_a_loop_in_flight(&n, &toml).await;
     let looping = Instant::now();
     publish_all(&conn, &n, (1..N).map(|i| body(b'o', i))).await;
@@ -135,14 +135,14 @@ async fn sigterm_under_load_drains_acks_once_and_exits_0() {
             "{line}"
         );
     }
-    n.cleanup().await;
+    cleanup(&n).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_signal_exits_at_once_and_loses_nothing() {
     let n = Names::new("twosig");
     // An endless loop: the drain would wait for its 60 s timeout.
-    let toml = n.toml(None, "timeout = \"60s\"\nmax_retries = 0");
+    let toml = toml(&n, None, "timeout = \"60s\"\nmax_retries = 0");
     let (_dir, conn, mut host) = start_with_a_loop_in_flight(&n, &toml).await;
     host.signal("TERM");
     host.wait_log("signal received", Duration::from_secs(10))
@@ -160,7 +160,7 @@ async fn a_second_signal_exits_at_once_and_loses_nothing() {
     wait_depth(&conn, &n.q(), 1, Duration::from_secs(10)).await;
     let t = tally(&conn, &n, 1).await;
     assert_eq!((t.lost, t.still_queued), (0, 1), "{t:?}");
-    n.cleanup().await;
+    cleanup(&n).await;
 }
 
 /// Every 10th message traps, bombs memory or loops; the rest must keep flowing. Runs a clean
@@ -177,9 +177,9 @@ async fn bad_messages_do_not_stop_the_others() {
         ("loop", Some(b'l')),
     ] {
         let n = Names::new(kind);
-        let dir = config_dir(&n.toml(None, extra));
+        let dir = config_dir(&toml(&n, None, extra));
         declare(dir.path()).await;
-        let conn = common::connect().await;
+        let conn = harness::connect().await;
         let op = |i: u32| match bad_op {
             Some(bad) if i % 10 == 9 => bad,
             _ => b'o',
@@ -187,7 +187,7 @@ async fn bad_messages_do_not_stop_the_others() {
         publish_all(&conn, &n, (0..M).map(|i| body(op(i), i))).await;
         let bad = (0..M).filter(|i| op(*i) != b'o').count() as u32;
 
-        let mut host = Host::start(dir.path(), 1);
+        let mut host = start(dir.path(), 1);
         let done = |at_least: u32| {
             let conn = &conn;
             let n = &n;
@@ -197,10 +197,10 @@ async fn bad_messages_do_not_stop_the_others() {
             }
         };
         let (first, t0) =
-            common::eventually(Duration::from_secs(60), "the first answer", || done(1)).await;
+            harness::eventually(Duration::from_secs(60), "the first answer", || done(1)).await;
         // The loop stream alone takes 50 s or more: 200 loops of 1 s, 4 at a time.
         let (_, t1) =
-            common::eventually(Duration::from_secs(300), "every answer", || done(M)).await;
+            harness::eventually(Duration::from_secs(300), "every answer", || done(M)).await;
         host.signal("TERM");
         assert!(host.exit_within(Duration::from_secs(30)).await.success());
         let secs = (t1 - t0).as_secs_f64();
@@ -220,7 +220,7 @@ async fn bad_messages_do_not_stop_the_others() {
         let log = host.log();
         assert!(!log.contains("panicked"), "the host panicked:\n{log}");
         rates.push(format!("{kind} {good_rate:.0}"));
-        n.cleanup().await;
+        cleanup(&n).await;
     }
     println!(
         "FIGURES good messages per second (timeout 1s, memory_limit 2MiB, concurrency 4): {}",
@@ -233,10 +233,9 @@ async fn admin_endpoints_report_health_readiness_and_metrics() {
     // Before any connection: alive, not ready.
     let n = Names::new("admin");
     let addr = free_addr();
-    let unreachable = n
-        .toml(Some(addr), "")
-        .replace(&common::broker_url(), "amqp://guest:guest@127.0.0.1:1/%2f");
-    let svc = Service::start(&unreachable, &[("script.wasm", &script())]).await;
+    let unreachable = toml(&n, Some(addr), "")
+        .replace(&harness::broker_url(), "amqp://guest:guest@127.0.0.1:1/%2f");
+    let svc = Host::in_process(&unreachable, &[("script.wasm", &script())]).await;
     wait_status(addr, "/healthz", 200, Duration::from_secs(20)).await;
     let (status, _) = http_get(addr, "/readyz").await.expect("readyz answers");
     assert_eq!(status, 503, "not ready before the broker answers");
@@ -246,15 +245,15 @@ async fn admin_endpoints_report_health_readiness_and_metrics() {
 
     // Connected and consuming: ready; every family shows up once messages flow.
     let addr = free_addr();
-    let svc = Service::start(
-        &n.toml(Some(addr), "max_retries = 1"),
+    let svc = Host::in_process(
+        &toml(&n, Some(addr), "max_retries = 1"),
         &[("script.wasm", &script())],
     )
     .await;
     wait_status(addr, "/readyz", 200, Duration::from_secs(20)).await;
-    let conn = common::connect().await;
+    let conn = harness::connect().await;
     publish_all(&conn, &n, [body(b'o', 0), body(b'f', 1), body(b'r', 2)]).await;
-    wait_depth(&conn, &n.retry(), 1, Duration::from_secs(20)).await;
+    wait_depth(&conn, &n.retry("30s"), 1, Duration::from_secs(20)).await;
     wait_depth(&conn, &n.failed(), 1, Duration::from_secs(20)).await;
     wait_depth(&conn, &n.seen(), 1, Duration::from_secs(20)).await;
     let q = n.q();
@@ -291,29 +290,29 @@ async fn admin_endpoints_report_health_readiness_and_metrics() {
         );
     }
     svc.stop().await;
-    n.cleanup().await;
+    cleanup(&n).await;
 }
 
 /// `[broker] urls` lists cluster nodes: one that does not answer is passed over for the next.
 #[tokio::test]
 async fn several_broker_urls_are_tried_in_turn() {
     let n = Names::new("urls");
-    let url = common::broker_url();
-    let toml = n.toml(None, "").replace(
+    let url = harness::broker_url();
+    let toml = toml(&n, None, "").replace(
         &format!("url = \"{url}\""),
         &format!("urls = [\"amqp://guest:guest@127.0.0.1:1/%2f\", \"{url}\"]"),
     );
     assert!(toml.contains("urls = ["), "{toml}");
-    let svc = Service::start(&toml, &[("script.wasm", &script())]).await;
-    let conn = common::connect().await;
-    common::wait_consuming(&conn, &n.q()).await;
+    let svc = Host::in_process(&toml, &[("script.wasm", &script())]).await;
+    let conn = harness::connect().await;
+    harness::wait_consuming(&conn, &n.q()).await;
     publish_all(&conn, &n, [body(b'o', 0)]).await;
     wait_depth(&conn, &n.seen(), 1, Duration::from_secs(20)).await;
     svc.stop().await;
     let t = tally(&conn, &n, 1).await;
     t.assert_nothing_lost();
     assert_eq!(t.still_queued, 0, "{t:?}");
-    n.cleanup().await;
+    cleanup(&n).await;
 }
 
 /// The broker drops the host's connection (as on a node failover) while a slow call is in
@@ -331,14 +330,14 @@ async fn a_dropped_connection_is_noticed_and_consuming_resumes() {
         "concurrency = 2\nmax_retries = 0\ntimeout = \"{}s\"",
         SLOW.as_secs()
     );
-    let svc = Service::start(&n.toml(Some(addr), &extra), &[("script.wasm", &script())]).await;
-    let conn = common::connect().await;
+    let svc = Host::in_process(&toml(&n, Some(addr), &extra), &[("script.wasm", &script())]).await;
+    let conn = harness::connect().await;
     wait_status(addr, "/readyz", 200, Duration::from_secs(20)).await;
     publish_all(&conn, &n, [body(b'o', 0)]).await;
     wait_depth(&conn, &n.seen(), 1, Duration::from_secs(20)).await;
 
     // The host's connection is named after its config file, which is unique to this test.
-    let marker = svc.dir.path().to_string_lossy().into_owned();
+    let marker = svc.dir().to_string_lossy().into_owned();
     let listed = rabbitmqctl(&["list_connections", "pid", "client_properties", "-q"]).await;
     let pid = listed
         .lines()
@@ -348,7 +347,7 @@ async fn a_dropped_connection_is_noticed_and_consuming_resumes() {
         .to_string();
     // An endless loop, cut by the timeout: in flight when the connection goes.
     publish_all(&conn, &n, [body(b'l', 1)]).await;
-    common::eventually(Duration::from_secs(20), "the loop in flight", || async {
+    harness::eventually(Duration::from_secs(20), "the loop in flight", || async {
         (depth(&conn, &n.q()).await == 0).then_some(())
     })
     .await;
@@ -367,7 +366,7 @@ async fn a_dropped_connection_is_noticed_and_consuming_resumes() {
         looping.elapsed() < SLOW,
         "ready again only after the in-flight call ended ({resumed:?} after the close)"
     );
-    common::eventually(
+    harness::eventually(
         Duration::from_secs(30),
         "a new connection from the host",
         || async {
@@ -393,7 +392,7 @@ async fn a_dropped_connection_is_noticed_and_consuming_resumes() {
     t.assert_nothing_lost();
     assert_eq!(t.still_queued, 0, "{t:?}");
     assert_eq!(t.duplicates, 0, "{t:?}");
-    n.cleanup().await;
+    cleanup(&n).await;
 }
 
 /// RabbitMQ stops in the middle of a stream and comes back: the host notices (not ready),
@@ -402,13 +401,13 @@ async fn a_dropped_connection_is_noticed_and_consuming_resumes() {
 async fn broker_restart_mid_stream_loses_nothing() {
     let n = Names::new("restart");
     let addr = free_addr();
-    let dir = config_dir(&n.toml(Some(addr), LOAD));
+    let dir = config_dir(&toml(&n, Some(addr), LOAD));
     declare(dir.path()).await;
-    let conn = common::connect().await;
+    let conn = harness::connect().await;
     let half = N / 2;
     publish_all(&conn, &n, (0..half).map(|i| body(b'o', i))).await;
 
-    let mut host = Host::start(dir.path(), 1);
+    let mut host = start(dir.path(), 1);
     wait_status(addr, "/readyz", 200, Duration::from_secs(60)).await;
     let before = wait_depth(&conn, &n.seen(), half / 5, Duration::from_secs(120)).await;
     drop(conn);
@@ -426,7 +425,7 @@ async fn broker_restart_mid_stream_loses_nothing() {
     let recovered = up.elapsed();
 
     // The second half of the stream arrives after the restart.
-    let conn = common::connect().await;
+    let conn = harness::connect().await;
     publish_all(&conn, &n, (half..N).map(|i| body(b'o', i))).await;
     wait_all_taken(&conn, &n, N, Duration::from_secs(180)).await;
     host.signal("TERM");
@@ -440,7 +439,7 @@ async fn broker_restart_mid_stream_loses_nothing() {
     );
     t.assert_nothing_lost();
     assert_eq!(t.still_queued, 0, "{t:?}");
-    n.cleanup().await;
+    cleanup(&n).await;
 }
 
 /// A message stuck in a slow call at the head of the prefetch window does not hold back the
@@ -448,12 +447,13 @@ async fn broker_restart_mid_stream_loses_nothing() {
 #[tokio::test]
 async fn a_slow_message_does_not_hold_back_the_acks_of_the_others() {
     let n = Names::new("slowhead");
-    let dir = config_dir(&n.toml(
+    let dir = config_dir(&toml(
+        &n,
         None,
         "prefetch = 50\nconcurrency = 4\ntimeout = \"60s\"\nmax_retries = 0",
     ));
     declare(dir.path()).await;
-    let conn = common::connect().await;
+    let conn = harness::connect().await;
     let fast = 30;
     publish_all(
         &conn,
@@ -462,11 +462,11 @@ async fn a_slow_message_does_not_hold_back_the_acks_of_the_others() {
     )
     .await;
 
-    let mut host = Host::start(dir.path(), 1);
+    let mut host = start(dir.path(), 1);
     wait_depth(&conn, &n.seen(), fast, Duration::from_secs(60)).await;
     // While the slow call still runs, the broker must see only it unacknowledged.
     let q = n.q();
-    let unacked = common::eventually(
+    let unacked = harness::eventually(
         Duration::from_secs(30),
         "only the slow message unacked",
         || async {
@@ -486,9 +486,9 @@ async fn a_slow_message_does_not_hold_back_the_acks_of_the_others() {
     )
     .await;
     assert_eq!(unacked, 1);
-    host.kill9();
+    host.kill();
     // Only the slow message comes back.
-    let back = common::eventually(
+    let back = harness::eventually(
         Duration::from_secs(10),
         "the slow message requeued",
         || async {
@@ -501,5 +501,5 @@ async fn a_slow_message_does_not_hold_back_the_acks_of_the_others() {
         back, 1,
         "the fast messages were acked while the slow one ran"
     );
-    n.cleanup().await;
+    cleanup(&n).await;
 }

@@ -13,7 +13,7 @@ use lapin::{BasicProperties, Connection};
 use worker_host::config::Config;
 use worker_host::topology::{Plan, TopologyError};
 
-use crate::common::{connect, eventually, unique};
+use crate::harness::{connect, eventually, unique};
 
 /// Parses `toml` as if it were tests/configs/good/worker.toml (whose plugins folder holds
 /// `echo.wasm` and `user_monitor.wasm`).

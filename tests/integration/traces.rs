@@ -15,8 +15,7 @@ use serde_json::json;
 
 use self::support::{Collector, HttpServer, trace_of};
 use crate::capabilities::support::{Probe, Sub};
-use crate::common;
-use crate::service::support::{free_addr, http_get};
+use crate::harness::{self, free_addr, http_get};
 
 /// A W3C `traceparent` for a fresh trace, sampled, as an upstream service would send it.
 fn traceparent(trace: &str, parent: &str) -> String {
@@ -71,7 +70,7 @@ async fn spans_follow_a_message_through_its_plugin_call_effects_retries_and_repl
         .next_report(Duration::from_secs(20))
         .await
         .expect("a report");
-    let headers = common::headers_of(&report);
+    let headers = harness::headers_of(&report);
     assert_eq!(
         trace_of(&headers),
         Some(t_ok.to_owned()),
@@ -93,7 +92,7 @@ async fn spans_follow_a_message_through_its_plugin_call_effects_retries_and_repl
         .await
         .expect("a report");
     assert_eq!(
-        trace_of(&common::headers_of(&report)),
+        trace_of(&harness::headers_of(&report)),
         Some(t_retry.to_owned())
     );
 
@@ -104,8 +103,8 @@ async fn spans_follow_a_message_through_its_plugin_call_effects_retries_and_repl
     probe.send_with("tr", &script, props).await;
     let queue = format!("{}.tr", probe.n.p);
     let failed = format!("{queue}@failed");
-    common::eventually(Duration::from_secs(20), "fail-1 parked", || async {
-        (common::depth(&probe.ch, &failed).await == 1).then_some(())
+    harness::eventually(Duration::from_secs(20), "fail-1 parked", || async {
+        (harness::depth(&probe.ch, &failed).await == 1).then_some(())
     })
     .await;
 
@@ -216,7 +215,7 @@ async fn a_message_without_traceparent_starts_a_trace_of_its_own() {
         .next_report(Duration::from_secs(20))
         .await
         .expect("a report");
-    let trace = trace_of(&common::headers_of(&report)).expect("the report's traceparent");
+    let trace = trace_of(&harness::headers_of(&report)).expect("the report's traceparent");
     let tree = collector
         .wait_tree(&trace, |t| t.count("delivery") == 1)
         .await;
@@ -248,7 +247,7 @@ async fn with_the_collector_gone_messages_go_on_and_spans_are_dropped_counted() 
     for i in 0..200 {
         probe.report(&format!("g-{i}")).await;
     }
-    let dropped = common::eventually(
+    let dropped = harness::eventually(
         Duration::from_secs(20),
         "spans counted as dropped",
         || async {

@@ -7,7 +7,7 @@ use std::path::Path;
 use sqlx::{AssertSqlSafe, MySqlPool, PgPool, SqlitePool};
 
 use super::support::{self, MARIADB, POSTGRES};
-use crate::common;
+use crate::harness;
 
 /// A database backend the host supports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +50,7 @@ impl Kind {
 
 /// A table name no other test or run uses (lower case, at most 63 bytes for PostgreSQL).
 pub fn table(prefix: &str) -> String {
-    common::unique(prefix)
+    harness::unique(prefix)
         .replace('-', "_")
         .to_ascii_lowercase()
 }

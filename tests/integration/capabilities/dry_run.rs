@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::db;
 use super::support::{Probe, REDIS, Sub, outcomes, require};
-use crate::common;
+use crate::harness;
 use crate::traces::support::HttpServer;
 
 #[tokio::test]
@@ -19,7 +19,7 @@ async fn dry_run_captures_every_effect_and_leaves_the_message_parked() {
     let web = HttpServer::start().await;
     let state = tempfile::tempdir().expect("state dir");
     let table = db::table("dry_t");
-    let key = common::unique("dry-key");
+    let key = harness::unique("dry-key");
     let keys = format!(
         "allowed_hosts = [\"http://{}\"]\nkv = \"red\"\nsql = \"db\"\nmax_retries = 0\n\
          max_message_size = \"1KiB\"",
@@ -45,8 +45,8 @@ async fn dry_run_captures_every_effect_and_leaves_the_message_parked() {
     probe.send_with("dr", &parked, props).await;
     let queue = format!("{}.dr", probe.n.p);
     let failed = format!("{queue}@failed");
-    common::eventually(Duration::from_secs(20), "dry-1 parked", || async {
-        (common::depth(&probe.ch, &failed).await == 1).then_some(())
+    harness::eventually(Duration::from_secs(20), "dry-1 parked", || async {
+        (harness::depth(&probe.ch, &failed).await == 1).then_some(())
     })
     .await;
 
@@ -94,12 +94,12 @@ async fn dry_run_captures_every_effect_and_leaves_the_message_parked() {
     // Nothing left the host: no request, no key, no row, no report; still parked.
     assert!(web.traceparents().is_empty(), "the HTTP server was called");
     assert_eq!(
-        common::depth(&probe.ch, &probe.n.seen()).await,
+        harness::depth(&probe.ch, &probe.n.seen()).await,
         0,
         "a report was published"
     );
     assert_eq!(
-        common::depth(&probe.ch, &failed).await,
+        harness::depth(&probe.ch, &failed).await,
         1,
         "dry-1 left the failed queue"
     );

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::support::{PROBE, Probe, Sub, outcomes, results, script};
-use crate::common;
+use crate::harness;
 
 /// One request a test server received.
 #[derive(Debug, Clone)]
@@ -244,10 +244,10 @@ async fn requests_go_only_where_the_grant_says_with_the_hosts_headers() {
     let hits = Hits::default();
     let a = serve(hits.clone()).await.port();
     let o = serve(hits.clone()).await.port();
-    let var = common::unique("CAP_PROBE_TOKEN")
+    let var = harness::unique("CAP_PROBE_TOKEN")
         .replace('-', "_")
         .to_ascii_uppercase();
-    let secret = common::unique("s3cret");
+    let secret = harness::unique("s3cret");
     let state = tempfile::tempdir().expect("state dir");
     let env = [(var.as_str(), secret.as_str())];
     let subs = subs(a, o, &var);

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::db::{self, Kind, Pool};
 use super::support::{Probe, Sub, outcomes, results, script, worker_error};
-use crate::common;
+use crate::harness;
 
 /// One probe subscription `iso` on `kind`, with a rows table of its own.
 struct Case {
@@ -180,7 +180,7 @@ async fn forged_rows(kind: Kind) {
         .await;
     let report = case.probe.report("future").await;
     assert_eq!(report["id"], json!("future"));
-    assert_eq!(common::depth(&case.probe.ch, &victim).await, 0);
+    assert_eq!(harness::depth(&case.probe.ch, &victim).await, 0);
     let _ = case
         .probe
         .ch
@@ -211,7 +211,10 @@ async fn isolation_the_sweeper_checks_the_publish_list_again() {
         .send_with("sw", &script("first", json!([])), props)
         .await;
     probe.report("first").await;
-    assert!(probe.terminate().await.success(), "worker-host did not stop cleanly");
+    assert!(
+        probe.terminate().await.success(),
+        "worker-host did not stop cleanly"
+    );
     db.exec(&format!(
         "INSERT INTO worker_inbox (queue, message_id, handled_at) VALUES ('{queue}', 'old', 0)"
     ))
@@ -231,7 +234,7 @@ async fn isolation_the_sweeper_checks_the_publish_list_again() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(common::depth(&probe.ch, &victim).await, 0);
+    assert_eq!(harness::depth(&probe.ch, &victim).await, 0);
     let _ = probe
         .ch
         .queue_delete(victim.as_str().into(), Default::default())
@@ -278,9 +281,18 @@ async fn own_commit(kind: Kind) {
     // DDL after an insert: MySQL/MariaDB would commit the insert with it, so it is refused
     // there; elsewhere it is rolled back with the rest.
     let ddl = format!("CREATE TABLE IF NOT EXISTS {}_ddl (a INT)", case.rows);
-    let steps = json!([case.insert("inserted"), sql(&script_commit), sql("COMMIT"), sql(&ddl)]);
+    let steps = json!([
+        case.insert("inserted"),
+        sql(&script_commit),
+        sql("COMMIT"),
+        sql(&ddl)
+    ]);
     let why = case.parked("commit", steps, "fail").await;
-    let ddl_answer = if kind == Kind::MariaDb { "invalid" } else { "ok" };
+    let ddl_answer = if kind == Kind::MariaDb {
+        "invalid"
+    } else {
+        "ok"
+    };
     assert_eq!(
         outcomes(&why),
         ["ok", "invalid", "invalid", ddl_answer],
@@ -349,7 +361,7 @@ async fn isolation_sqlite_a_plugin_cannot_attach_other_databases() {
 #[tokio::test]
 async fn isolation_postgres_a_plugin_cannot_reach_files_or_programs() {
     let mut case = Case::start("iso-files", Kind::Postgres, "", "").await;
-    let marker = std::env::temp_dir().join(common::unique("iso-copy"));
+    let marker = std::env::temp_dir().join(harness::unique("iso-copy"));
     let steps = json!([
         sql(&format!(
             "COPY (SELECT 1) TO PROGRAM 'touch {}'",
@@ -370,7 +382,7 @@ async fn isolation_postgres_a_plugin_cannot_reach_files_or_programs() {
 #[tokio::test]
 async fn isolation_mariadb_a_plugin_cannot_reach_files() {
     let mut case = Case::start("iso-files", Kind::MariaDb, "", "").await;
-    let out = format!("/tmp/{}", common::unique("iso-outfile"));
+    let out = format!("/tmp/{}", harness::unique("iso-outfile"));
     let steps = json!([
         query(&format!("SELECT 1 INTO OUTFILE '{out}'")),
         query("SELECT LOAD_FILE('/etc/hostname')"),
@@ -443,7 +455,7 @@ async fn isolation_mariadb_a_sleep_ends_at_the_deadline_on_the_server() {
 /// seconds of the handler's deadline.
 async fn server_sleep(kind: Kind) {
     let mut case = Case::start("iso-sleep", kind, "timeout = \"2s\"", "").await;
-    let marker = common::unique("iso-sleep").replace('-', "_");
+    let marker = harness::unique("iso-sleep").replace('-', "_");
     let sleep = match kind {
         Kind::Postgres => format!("SELECT pg_sleep(3600), '{marker}'"),
         _ => format!("SELECT SLEEP(3600), '{marker}'"),
@@ -467,7 +479,7 @@ async fn server_sleep(kind: Kind) {
         ),
     };
     let started = Instant::now();
-    common::eventually(
+    harness::eventually(
         Duration::from_secs(10),
         "the sleep ended on the server",
         || {

@@ -10,9 +10,8 @@ use serde_json::json;
 
 use super::db::{self, Kind, Pool};
 use super::support::{Probe, Sub};
-use crate::common;
 use crate::faults::support::metric;
-use crate::service::support::{free_addr, http_get};
+use crate::harness::{self, free_addr, http_get};
 
 /// `worker_subscription_paused` of `queue`, once /metrics answers.
 async fn paused(admin: SocketAddr, queue: &str) -> Option<i64> {
@@ -48,19 +47,23 @@ async fn pause_after_keeps_messages_ready_and_resumes_when_one_answers_ok() {
         probe.send("ps", &script).await;
     }
 
-    common::eventually(
+    harness::eventually(
         Duration::from_secs(20),
         "the subscription paused",
         || async { (paused(admin, &queue).await == Some(1)).then_some(()) },
     )
     .await;
-    let ready = common::depth(&probe.ch, &queue).await;
+    let ready = harness::depth(&probe.ch, &queue).await;
     assert!(
         ready >= 10,
         "only {ready} messages wait in {queue} while it is paused"
     );
     let failed = format!("{queue}@failed");
-    assert_eq!(common::depth(&probe.ch, &failed).await, 0, "nothing parked");
+    assert_eq!(
+        harness::depth(&probe.ch, &failed).await,
+        0,
+        "nothing parked"
+    );
 
     db.exec(&format!("DELETE FROM {flag}")).await;
     for i in 0..20 {
@@ -71,14 +74,14 @@ async fn pause_after_keeps_messages_ready_and_resumes_when_one_answers_ok() {
             "{report}"
         );
     }
-    common::eventually(
+    harness::eventually(
         Duration::from_secs(10),
         "the subscription resumed",
         || async { (paused(admin, &queue).await == Some(0)).then_some(()) },
     )
     .await;
     assert_eq!(
-        common::depth(&probe.ch, &failed).await,
+        harness::depth(&probe.ch, &failed).await,
         0,
         "no message used up its retries"
     );

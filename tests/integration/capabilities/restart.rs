@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::db::{self, Kind, Pool};
 use super::support::{POSTGRES, Probe, Sub};
-use crate::service::support::{free_addr, http_get};
+use crate::harness::{free_addr, http_get};
 
 /// PostgreSQL stopped; started again by [`Stopped::start`], or when dropped (a failing test).
 struct Stopped {

@@ -8,15 +8,14 @@ use serde_json::json;
 
 use super::support::{Probe, Sub, outcomes, script};
 use crate::cli::{text, worker_host};
-use crate::common;
-use crate::service::support::{free_addr, http_get};
+use crate::harness::{self, free_addr, http_get};
 
 /// PostgreSQL and Redis URLs with passwords in query parameters (and PostgreSQL's in one sqlx
 /// does not know, which it would log), to servers that are down: the host runs, calls answer
 /// `unavailable`, and the password shows nowhere.
 #[tokio::test]
 async fn a_password_in_a_store_url_appears_nowhere() {
-    let secret = common::unique("S3CRET");
+    let secret = harness::unique("S3CRET");
     let admin = free_addr();
     let tables = format!(
         "[admin]\nlisten = \"{admin}\"\n\n\
@@ -45,7 +44,7 @@ async fn a_password_in_a_store_url_appears_nowhere() {
     ]);
     let report = probe.run("down", script("down", steps)).await;
     assert_eq!(outcomes(&report), ["unavailable"; 2], "{report}");
-    let ready = common::eventually(Duration::from_secs(20), "/readyz 503", || async {
+    let ready = harness::eventually(Duration::from_secs(20), "/readyz 503", || async {
         let (status, body) = http_get(admin, "/readyz").await?;
         (status == 503 && body.contains("sql.x") && body.contains("kv.y")).then_some(body)
     })

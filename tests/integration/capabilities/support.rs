@@ -1,20 +1,19 @@
 //! Helpers of the capability tests: the servers they need (a missing one fails the test with
 //! the command that starts it), and `Probe`, a service running `plugins/cap_probe.wasm` on a
-//! few subscriptions, in-process or as the real binary with its own environment, that sends
-//! scripts and collects what the guest saw: the report of an ok answer, or the `worker-error`
-//! header of a parked message.
+//! few subscriptions, in-process or as the real binary with its own environment (the harness's
+//! [`Host`]), that sends scripts and collects what the guest saw: the report of an ok answer,
+//! or the `worker-error` header of a parked message.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lapin::BasicProperties;
 use serde_json::{Value, json};
 
-use crate::common::{self, Service};
-use crate::reload::support::Names;
+use crate::harness::{self, Host, Names};
+use crate::reload::support::{sub_toml_with, topology_toml};
 
 /// The probe's file name in plugins/ and in the service's plugins folder.
 pub const PROBE: &str = "cap_probe.wasm";
@@ -93,116 +92,12 @@ impl Sub {
     }
 }
 
-/// The service under test: in-process, or the binary as a child with its own environment.
-enum Runner {
-    InProcess(Service),
-    Child(ChildHost),
-}
-
-/// The binary as a child process with the probe in its plugins folder, in a temp dir of its
-/// own, logging to a file; killed if still running when dropped (its log printed when the test
-/// is failing).
-pub(crate) struct ChildHost {
-    child: Child,
-    log: PathBuf,
-    config: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-/// The binary running `config`, its stderr appended to `log` (`env` last, so it may override
-/// `RUST_LOG`).
-pub(crate) fn spawn(config: &Path, log: &Path, env: &[(&str, &str)]) -> Child {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("log file");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_worker-host"));
-    cmd.args(["--log-format", "json", "run", "-c"])
-        .arg(config)
-        .env_remove("WORKER_BROKER_URL")
-        .env_remove(worker_host::failpoint::FAILPOINT_ENV)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(file);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("start worker-host")
-}
-
-impl ChildHost {
-    /// Starts the binary on the worker.toml `toml` makes of the host's own folder (for its
-    /// `[state] dir`, say), with `env` added to its environment.
-    pub(crate) fn start(toml: impl FnOnce(&Path) -> String, env: &[(&str, &str)]) -> ChildHost {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
-        std::fs::write(dir.path().join("plugins").join(PROBE), probe_wasm()).expect("plugin");
-        let config = dir.path().join("worker.toml");
-        std::fs::write(&config, toml(dir.path())).expect("worker.toml");
-        let log = dir.path().join("host.log");
-        let child = spawn(&config, &log, env);
-        ChildHost {
-            child,
-            log,
-            config,
-            _dir: dir,
-        }
-    }
-
-    pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Its worker.toml.
-    pub(crate) fn config_path(&self) -> &Path {
-        &self.config
-    }
-
-    /// Fails the test when the process has exited.
-    pub(crate) fn assert_running(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("worker-host exited ({status}):\n{}", self.log());
-        }
-    }
-
-    /// SIGKILL: no drain, no acks for what it held.
-    pub(crate) fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, then waits for a clean exit.
-    pub(crate) async fn stop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let child = &mut self.child;
-        let exited = common::eventually(Duration::from_secs(30), "worker-host exit", || {
-            let done = child.try_wait().ok().flatten();
-            async move { done }
-        })
-        .await;
-        assert!(
-            exited.success(),
-            "worker-host exited with {exited}:\n{}",
-            self.log()
-        );
-    }
-}
-
-impl Drop for ChildHost {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            if std::thread::panicking() {
-                eprintln!("---- worker-host log ----\n{}", self.log());
-            }
-        }
-    }
+/// The binary as a child process on the worker.toml `toml` makes of its own folder (for its
+/// `[state] dir`, say), the probe in its plugins folder, `env` added to its environment.
+pub(crate) fn child_host(toml: impl FnOnce(&Path) -> String, env: &[(&str, &str)]) -> Host {
+    let dir = harness::folder(&[(PROBE, &probe_wasm())]);
+    let config = harness::write_config(dir.path(), &toml(dir.path()));
+    Host::child(&config).envs(env).start_owning(dir)
 }
 
 /// A running service with the probe on some subscriptions, and what came back from it.
@@ -210,7 +105,7 @@ pub struct Probe {
     pub n: Names,
     pub conn: lapin::Connection,
     pub ch: lapin::Channel,
-    runner: Runner,
+    host: Host,
     subs: Vec<String>,
     reports: BTreeMap<String, Value>,
     parked: BTreeMap<(String, String), BTreeMap<String, String>>,
@@ -222,8 +117,8 @@ impl Probe {
     pub async fn start(test: &str, subs: &[Sub], state: &Path, tables: &str) -> Probe {
         let n = Names::new(test);
         let toml = worker_toml(&n, subs, state, tables);
-        let svc = Service::start(&toml, &[(PROBE, &probe_wasm())]).await;
-        Probe::ready(n, subs, Runner::InProcess(svc)).await
+        let host = Host::in_process(&toml, &[(PROBE, &probe_wasm())]).await;
+        Probe::ready(n, subs, host).await
     }
 
     /// [`Probe::start`] with the real binary, `env` added to its environment, logging JSON to a
@@ -248,70 +143,58 @@ impl Probe {
         edit: impl FnOnce(String) -> String,
     ) -> Probe {
         let n = Names::new(test);
-        let host = ChildHost::start(|_| edit(worker_toml(&n, subs, state, tables)), env);
-        Probe::ready(n, subs, Runner::Child(host)).await
+        let host = child_host(|_| edit(worker_toml(&n, subs, state, tables)), env);
+        Probe::ready(n, subs, host).await
     }
 
-    async fn ready(n: Names, subs: &[Sub], runner: Runner) -> Probe {
-        let (conn, ch) = common::channel().await;
+    async fn ready(n: Names, subs: &[Sub], host: Host) -> Probe {
+        let (conn, ch) = harness::channel().await;
         let mut probe = Probe {
             subs: subs.iter().map(|s| format!("{}.{}", n.p, s.name)).collect(),
             n,
             conn,
             ch,
-            runner,
+            host,
             reports: BTreeMap::new(),
             parked: BTreeMap::new(),
         };
-        for q in probe.subs.clone() {
-            if let Err(e) = tokio::time::timeout(
-                Duration::from_secs(30),
-                common::wait_consuming(&probe.conn, &q),
-            )
-            .await
-            {
-                panic!("{q} has no consumer ({e}); host log:\n{}", probe.log());
-            }
-        }
+        probe.wait_consumers().await;
         probe.check_running();
         probe
     }
 
-    /// The config the service runs (a child's, read from its worker.toml).
-    pub fn config(&self) -> worker_host::config::Config {
-        match &self.runner {
-            Runner::Child(host) => {
-                worker_host::config::Config::load(&host.config)
-                    .expect("the child's worker.toml")
-                    .0
-            }
-            Runner::InProcess(svc) => {
-                worker_host::config::Config::load(&svc.dir.path().join("worker.toml"))
-                    .expect("the service's worker.toml")
-                    .0
+    /// Waits (30 s) for a consumer on every subscription.
+    async fn wait_consumers(&self) {
+        for q in &self.subs {
+            if let Err(e) = tokio::time::timeout(
+                Duration::from_secs(30),
+                harness::wait_consuming(&self.conn, q),
+            )
+            .await
+            {
+                panic!("{q} has no consumer ({e}); host log:\n{}", self.log());
             }
         }
     }
 
-    /// The child's worker.toml (a child's only).
+    /// The config the service runs, read from its worker.toml.
+    pub fn config(&self) -> worker_host::config::Config {
+        self.host.config()
+    }
+
+    /// Its worker.toml.
     pub fn config_path(&self) -> PathBuf {
-        match &self.runner {
-            Runner::Child(host) => host.config_path().to_owned(),
-            Runner::InProcess(_) => panic!("not a child process"),
-        }
+        self.host.config_path().to_owned()
     }
 
     /// The child's log so far (empty in-process: the test's own output has those lines).
     pub fn log(&self) -> String {
-        match &self.runner {
-            Runner::Child(host) => host.log(),
-            Runner::InProcess(_) => String::new(),
-        }
+        self.host.log()
     }
 
     fn check_running(&mut self) {
-        if let Runner::Child(host) = &mut self.runner {
-            host.assert_running();
+        if self.host.is_child() {
+            self.host.assert_running();
         }
     }
 
@@ -325,14 +208,14 @@ impl Probe {
     pub async fn send_with(&self, sub: &str, script: &Value, props: BasicProperties) {
         let key = format!("{}.{sub}.x", self.n.p);
         let body = script.to_string();
-        common::publish(&self.ch, &self.n.master(), &key, body.as_bytes(), props).await;
+        harness::publish(&self.ch, &self.n.master(), &key, body.as_bytes(), props).await;
     }
 
     /// The next report as delivered (its properties too), if one arrives within `wait`.
     pub async fn next_report(&mut self, wait: Duration) -> Option<lapin::message::BasicGetMessage> {
         let deadline = Instant::now() + wait;
         loop {
-            if let Some(msg) = common::get(&self.ch, &self.n.seen()).await {
+            if let Some(msg) = harness::get(&self.ch, &self.n.seen()).await {
                 return Some(msg);
             }
             if Instant::now() >= deadline {
@@ -344,45 +227,18 @@ impl Probe {
 
     /// Waits for the child to exit by itself (a crash point) and returns its status.
     pub async fn exited(&mut self) -> std::process::ExitStatus {
-        let Runner::Child(host) = &mut self.runner else {
-            panic!("not a child process");
-        };
-        let child = &mut host.child;
-        common::eventually(Duration::from_secs(30), "worker-host exit", || {
-            let done = child.try_wait().ok().flatten();
-            async move { done }
-        })
-        .await
+        self.host.exited().await
     }
 
     /// SIGTERM to the child; waits for it to exit and returns its status.
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
-        let Runner::Child(host) = &self.runner else {
-            panic!("not a child process");
-        };
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(host.child.id().to_string())
-            .status();
-        self.exited().await
+        self.host.terminate().await
     }
 
     /// Starts the binary again after it exited: same config, names and state, with `env`.
     pub async fn restart_child(&mut self, env: &[(&str, &str)]) {
-        let Runner::Child(host) = &mut self.runner else {
-            panic!("not a child process");
-        };
-        host.child = spawn(&host.config, &host.log, env);
-        for q in self.subs.clone() {
-            if let Err(e) = tokio::time::timeout(
-                Duration::from_secs(30),
-                common::wait_consuming(&self.conn, &q),
-            )
-            .await
-            {
-                panic!("{q} has no consumer ({e}); host log:\n{}", self.log());
-            }
-        }
+        self.host.respawn_with(env);
+        self.wait_consumers().await;
     }
 
     /// Sends `script` (which has an `id`) and waits for its report.
@@ -399,7 +255,7 @@ impl Probe {
             if let Some(r) = self.reports.remove(id) {
                 return r;
             }
-            match common::get(&self.ch, &self.n.seen()).await {
+            match harness::get(&self.ch, &self.n.seen()).await {
                 Some(msg) => {
                     let r: Value = serde_json::from_slice(&msg.delivery.data).expect("a report");
                     self.reports.insert(id_of(&r), r);
@@ -421,10 +277,10 @@ impl Probe {
             if let Some(h) = self.parked.remove(&(queue.clone(), id.to_owned())) {
                 return h;
             }
-            match common::get(&self.ch, &queue).await {
+            match harness::get(&self.ch, &queue).await {
                 Some(msg) => {
                     let body: Value = serde_json::from_slice(&msg.delivery.data).expect("JSON");
-                    let headers = common::headers_of(&msg);
+                    let headers = harness::headers_of(&msg);
                     self.parked.insert((queue.clone(), id_of(&body)), headers);
                 }
                 None if Instant::now() < deadline => {
@@ -438,10 +294,7 @@ impl Probe {
 
     /// Stops the service (drains; the child gets SIGTERM) and deletes the topology.
     pub async fn stop(self) {
-        match self.runner {
-            Runner::InProcess(svc) => svc.stop().await,
-            Runner::Child(mut host) => host.stop().await,
-        }
+        self.host.stop().await;
         let _ = self.conn.close(200, "done".into()).await;
         self.n.cleanup(&self.subs).await;
     }
@@ -489,10 +342,10 @@ pub fn script(id: &str, steps: Value) -> Value {
 }
 
 fn worker_toml(n: &Names, subs: &[Sub], state: &Path, tables: &str) -> String {
-    let mut toml = n.topology_toml();
+    let mut toml = topology_toml(n);
     for sub in subs {
         let queue = format!("{}.{}", n.p, sub.name);
-        toml.push_str(&n.sub_toml_with(PROBE, &queue, &sub.name, &sub.keys));
+        toml.push_str(&sub_toml_with(n, PROBE, &queue, &sub.name, &sub.keys));
         toml.push_str(&format!(
             "[subscription.config]\nreport = \"{}\"\n\n{}\n",
             n.out(),

@@ -11,10 +11,9 @@ use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 
-use crate::capabilities::support::ChildHost;
-use crate::common;
+use crate::capabilities::support::child_host;
 use crate::faults::support::metric;
-use crate::service::support::{free_addr, http_get};
+use crate::harness::{self, Host, free_addr, http_get};
 
 /// The AMQP port of node N (1-3).
 fn port(node: usize) -> u16 {
@@ -155,43 +154,35 @@ pub async fn publish_all(
             let props = BasicProperties::default().with_message_id(id.as_str().into());
             (key.to_owned(), body.clone().into_bytes(), props)
         });
-        common::publish_pipelined(ch, exchange, messages).await;
+        harness::publish_pipelined(ch, exchange, messages).await;
     }
 }
 
-/// A worker-host process on the cluster, with its admin endpoint.
-pub struct Host {
-    pub process: ChildHost,
-    pub admin: SocketAddr,
+/// Starts the binary with `subscription` (TOML of one `[[subscription]]` on the probe, and
+/// whatever tables it needs after it) on the cluster's URLs, with exchanges `<p>.*` and an
+/// admin endpoint.
+pub fn start(p: &str, subscription: &str) -> Host {
+    let admin = free_addr();
+    let urls = urls()
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let toml = |dir: &Path| {
+        format!(
+            "[broker]\nurls = [{urls}]\n\n\
+             [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
+             [admin]\nlisten = \"{admin}\"\n\n[state]\ndir = \"{state}\"\n\n{subscription}\n",
+            state = dir.display()
+        )
+    };
+    let mut host = child_host(toml, &[]);
+    host.admin = Some(admin);
+    host
 }
 
-impl Host {
-    /// Starts the binary with `subscription` (TOML of one `[[subscription]]` on the probe, and
-    /// whatever tables it needs after it) on the cluster's URLs, with exchanges `<p>.*`.
-    pub fn start(p: &str, subscription: &str) -> Host {
-        let admin = free_addr();
-        let urls = urls()
-            .iter()
-            .map(|u| format!("\"{u}\""))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let toml = |dir: &Path| {
-            format!(
-                "[broker]\nurls = [{urls}]\n\n\
-                 [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
-                 [admin]\nlisten = \"{admin}\"\n\n[state]\ndir = \"{state}\"\n\n{subscription}\n",
-                state = dir.display()
-            )
-        };
-        Host {
-            process: ChildHost::start(toml, &[]),
-            admin,
-        }
-    }
-
-    /// The sum of metric `name` with `labels`, or None when the admin endpoint is gone.
-    pub async fn metric(&self, name: &str, labels: &str) -> Option<f64> {
-        let (_, text) = http_get(self.admin, "/metrics").await?;
-        Some(metric(&text, name, labels))
-    }
+/// The sum of metric `name` with `labels` of `host`, or None when its admin endpoint is gone.
+pub async fn metric_of(host: &Host, name: &str, labels: &str) -> Option<f64> {
+    let (_, text) = http_get(host.admin(), "/metrics").await?;
+    Some(metric(&text, name, labels))
 }

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::cli::{text, worker_host};
-use crate::common;
+use crate::harness;
 
 /// The demo plugin of each language: (language, file built into plugins/, the command that
 /// builds it). The tests of `components.rs` are generated from the same language names.
@@ -109,7 +109,7 @@ pub fn check_config(
     let dir = tempfile::tempdir().expect("temp dir");
     let mut toml = format!(
         "[broker]\nurl = \"{}\"\n\n[plugins]\ndir = \"{}\"\n\n{}",
-        common::broker_url(),
+        harness::broker_url(),
         plugins_dir.display(),
         state_toml(state)
     );

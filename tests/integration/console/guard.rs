@@ -10,8 +10,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::{Parking, TOKEN, answer, begin, raw};
 use crate::capabilities::support::probe_wasm;
-use crate::common;
-use crate::service::support::http_get;
+use crate::harness::{self, http_get};
 
 /// The `[admin] hosts` name of these tests (never resolved: only sent as `Host`).
 const LISTED: &str = "console.guard.test";
@@ -84,7 +83,7 @@ async fn what_a_web_page_can_send_is_refused_on_a_loopback_listener_without_a_to
         assert!(error_of(&body).contains(why), "{head}{body}");
     }
     assert_eq!(
-        common::depth(&fixture.probe.ch, &fixture.failed).await,
+        harness::depth(&fixture.probe.ch, &fixture.failed).await,
         2,
         "nothing was replayed or discarded"
     );
@@ -204,7 +203,7 @@ async fn one_upload_runs_at_a_time_and_busy_api_requests_leave_room_for_the_prob
         assert_eq!(status, Some(200), "{path} while the API is busy");
     }
     drop(stalled);
-    common::eventually(
+    harness::eventually(
         std::time::Duration::from_secs(15),
         "the API answering again",
         || async { (raw(admin, &list, b"").await.0 == 200).then_some(()) },

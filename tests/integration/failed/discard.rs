@@ -5,7 +5,7 @@ use worker_host::failed::{self, Selection};
 
 use super::support::*;
 use crate::cli::{assert_no_panic, text, worker_host};
-use crate::common;
+use crate::harness;
 
 /// Runs `worker-host --log-format json failed discard -c <setup> --queue <q> ARGS...`.
 fn discard(s: &Setup, args: &[&str]) -> (Option<i32>, String, Vec<serde_json::Value>) {
@@ -43,7 +43,7 @@ fn audits(logs: &[serde_json::Value]) -> Vec<&serde_json::Value> {
 async fn discard_by_id_removes_exactly_those_with_one_audit_line_each() {
     let s = Setup::new();
     s.declare().await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     for i in 0..5 {
         s.park(&ch, parked(i, "fail", &format!("cause {i}")), b"x")
             .await;
@@ -84,7 +84,7 @@ async fn discard_by_id_removes_exactly_those_with_one_audit_line_each() {
 async fn discard_all_empties_the_failed_queue() {
     let s = Setup::new();
     s.declare().await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     for i in 0..300 {
         s.park(&ch, parked(i, "retries-exhausted", "later"), b"x")
             .await;
@@ -96,7 +96,7 @@ async fn discard_all_empties_the_failed_queue() {
     let audits = audits(&logs);
     assert_eq!(audits.len(), 300);
     assert_eq!(audits[299]["id"], "m299");
-    assert_eq!(common::depth(&ch, &s.failed()).await, 0);
+    assert_eq!(harness::depth(&ch, &s.failed()).await, 0);
 
     // Nothing left: the library says 0, the binary succeeds.
     let report = failed::discard(&s.config(), &s.q(), &Selection::All)

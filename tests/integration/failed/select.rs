@@ -6,13 +6,13 @@ use worker_host::failed::{self, Selection};
 use worker_host::outcome;
 
 use super::support::*;
-use crate::common;
+use crate::harness;
 
 #[tokio::test]
 async fn replay_by_id_moves_exactly_those_and_reports_unknown_ids() {
     let s = Setup::new();
     s.declare().await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     for i in 0..5 {
         s.park(&ch, parked(i, "fail", "bad json"), b"x").await;
     }
@@ -40,7 +40,7 @@ async fn replay_by_id_moves_exactly_those_and_reports_unknown_ids() {
 async fn replay_by_reason_moves_exactly_the_matching_ones() {
     let s = Setup::new();
     s.declare().await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     let causes = [
         ("fail", "bad json at line 1"),
         (
@@ -80,7 +80,7 @@ async fn replay_by_reason_moves_exactly_the_matching_ones() {
 async fn replay_drops_the_broker_dead_letter_headers() {
     let s = Setup::new();
     s.declare().await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     let mut death = FieldTable::default();
     death.insert(
         "queue".into(),
@@ -103,9 +103,9 @@ async fn replay_drops_the_broker_dead_letter_headers() {
         .await
         .expect("replay");
     assert_eq!(report.done, 1);
-    let msg = common::wait_get(&ch, &s.q(), std::time::Duration::from_secs(10)).await;
+    let msg = harness::wait_get(&ch, &s.q(), std::time::Duration::from_secs(10)).await;
     assert_eq!(msg.delivery.data, b"dead");
-    let h = common::headers_of(&msg);
+    let h = harness::headers_of(&msg);
     assert!(
         !h.keys().any(|k| k.starts_with("x-death")
             || k.starts_with("x-first-death-")
@@ -128,7 +128,7 @@ async fn replay_drops_the_broker_dead_letter_headers() {
 async fn a_quorum_failed_queue_keeps_ids_and_order() {
     let s = Setup::quorum();
     s.declare().await;
-    let (conn, ch) = common::channel().await;
+    let (conn, ch) = harness::channel().await;
     for i in 0..4 {
         let props = parked(i, "fail", "bad json").with_message_id("".into());
         s.park(&ch, props, format!("body {i}").as_bytes()).await;

@@ -9,7 +9,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use worker_host::config::Config;
 use worker_host::outcome;
 
-use crate::common::{self, Service};
+use crate::harness::{self, Host};
 
 /// Answers fail to every message.
 pub const FAILING: &str = r#"(module (memory (export "memory") 1) (func (export "worker_abi_v1")) (func (export "worker_handle") (result i32) i32.const 2))"#;
@@ -20,7 +20,7 @@ pub struct Setup {
     pub p: String,
     /// Extra subscription lines (e.g. the queue type).
     extra: &'static str,
-    /// Holds worker.toml and the plugin (for the binary and for `Service`).
+    /// Holds worker.toml and the plugin (for the binary and for an in-process host).
     pub dir: tempfile::TempDir,
 }
 
@@ -33,13 +33,11 @@ impl Setup {
         Setup::with("queue_type = \"quorum\"\n")
     }
     fn with(extra: &'static str) -> Setup {
-        let p = common::unique("wf");
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
+        let p = harness::unique("wf");
         let wasm = wat::parse_str(FAILING).expect("the failing plugin parses");
-        std::fs::write(dir.path().join("plugins/failing.wasm"), wasm).expect("write plugin");
+        let dir = harness::folder(&[("failing.wasm", &wasm)]);
         let setup = Setup { p, extra, dir };
-        std::fs::write(setup.config_path(), setup.toml()).expect("write worker.toml");
+        harness::write_config(setup.dir.path(), &setup.toml());
         setup
     }
     pub fn q(&self) -> String {
@@ -61,7 +59,7 @@ impl Setup {
              [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"failing.wasm\"\nbindings = [\"evt.*\"]\n\
              max_retries = 0\n{extra}\n\
              [[queue]]\nname = \"{p}.other\"\nbindings = [{{ exchange = \"{p}.master\", key = \"evt.*\" }}]\n",
-            url = common::broker_url(),
+            url = harness::broker_url(),
             p = self.p,
             extra = self.extra
         )
@@ -76,7 +74,7 @@ impl Setup {
     }
     /// Declares the topology without running the plugin.
     pub async fn declare(&self) {
-        let conn = common::connect().await;
+        let conn = harness::connect().await;
         worker_host::topology::Plan::from_config(&self.config())
             .declare(&conn)
             .await
@@ -84,11 +82,11 @@ impl Setup {
         let _ = conn.close(200, "declared".into()).await;
     }
     /// Starts the service and waits until it consumes (so its whole topology is declared).
-    pub async fn start(&self) -> Service {
+    pub async fn start(&self) -> Host {
         let wasm = wat::parse_str(FAILING).expect("the failing plugin parses");
-        let service = Service::start(&self.toml(), &[("failing.wasm", &wasm)]).await;
-        let conn = common::connect().await;
-        common::wait_consuming(&conn, &self.q()).await;
+        let service = Host::in_process(&self.toml(), &[("failing.wasm", &wasm)]).await;
+        let conn = harness::connect().await;
+        harness::wait_consuming(&conn, &self.q()).await;
         let _ = conn.close(200, "bye".into()).await;
         service
     }
@@ -103,11 +101,11 @@ impl Setup {
             .iter()
             .map(|e| format!("{}.{e}", self.p))
             .collect::<Vec<_>>();
-        common::cleanup(&queues, &exchanges).await;
+        harness::cleanup(&queues, &exchanges).await;
     }
     /// Publishes a message into `<p>.q@failed` as the host parks one (default exchange).
     pub async fn park(&self, ch: &lapin::Channel, props: BasicProperties, body: &[u8]) {
-        common::publish(ch, "", &self.failed(), body, props).await;
+        harness::publish(ch, "", &self.failed(), body, props).await;
     }
 }
 
@@ -142,12 +140,12 @@ pub fn parked(i: usize, reason: &str, cause: &str) -> BasicProperties {
 }
 
 pub async fn wait_depth(ch: &lapin::Channel, queue: &str, n: u32) {
-    common::eventually(
+    harness::eventually(
         Duration::from_secs(20),
         &format!("{n} messages in {queue}"),
         || {
             let (ch, queue) = (ch.clone(), queue.to_string());
-            async move { (common::depth(&ch, &queue).await == n).then_some(()) }
+            async move { (harness::depth(&ch, &queue).await == n).then_some(()) }
         },
     )
     .await;
@@ -156,7 +154,7 @@ pub async fn wait_depth(ch: &lapin::Channel, queue: &str, n: u32) {
 /// Takes every message of `queue` and returns their message ids, in order.
 pub async fn drain_ids(ch: &lapin::Channel, queue: &str) -> Vec<String> {
     let mut ids = Vec::new();
-    while let Some(msg) = common::get(ch, queue).await {
+    while let Some(msg) = harness::get(ch, queue).await {
         let props = &msg.delivery.properties;
         ids.push(
             props

@@ -9,9 +9,8 @@ use serde_json::json;
 use super::support::metric;
 use crate::capabilities::http::{Hits, get, serve, url};
 use crate::capabilities::support::{Probe, Sub, script};
-use crate::common;
 use crate::forwarder::Forwarder;
-use crate::service::support::{free_addr, http_get};
+use crate::harness::{self, free_addr, http_get};
 
 /// How long a blocked host is watched for calls or publishes it must not make.
 const WATCH: Duration = Duration::from_millis(1500);
@@ -105,7 +104,7 @@ async fn a_blocked_connection_gets_no_new_calls_or_publishes() {
 /// Blocks the forwarder's connections and waits until the host says so.
 async fn block(fwd: &Forwarder, admin: std::net::SocketAddr) {
     fwd.block("low on memory (test)");
-    let body = common::eventually(Duration::from_secs(20), "/readyz 503 blocked", || async {
+    let body = harness::eventually(Duration::from_secs(20), "/readyz 503 blocked", || async {
         let (status, body) = http_get(admin, "/readyz").await?;
         (status == 503 && body.contains("blocks publishing")).then_some(body)
     })
@@ -117,11 +116,11 @@ async fn block(fwd: &Forwarder, admin: std::net::SocketAddr) {
 
 /// Waits until the host has taken every message of `queue` (delivered to it, not acked).
 async fn wait_taken(conn: &lapin::Connection, queue: &str) {
-    common::eventually(
+    harness::eventually(
         Duration::from_secs(20),
         &format!("the messages of {queue} taken"),
         || async {
-            let q = common::probe(conn, queue).await?;
+            let q = harness::probe(conn, queue).await?;
             (q.message_count() == 0).then_some(())
         },
     )

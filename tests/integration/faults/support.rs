@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use lapin::Connection;
 
-use crate::common;
+use crate::harness::{self, Names};
 pub use crate::service::support::publish_to;
-use crate::service::support::{Names, SCRIPT, depth, rabbitmqctl};
+use crate::service::support::{SCRIPT, depth, rabbitmqctl};
 
 /// Indexes of `retry_then_ok` bodies start here.
 pub const RETRY_THEN_OK: u32 = 2_000_000;
@@ -27,9 +27,8 @@ pub fn script() -> Vec<u8> {
     wat::parse_str(SCRIPT).expect("script.wat parses")
 }
 
-/// One test's private topology: the names of the service tests (Q, `master`, `out`, `seen`,
-/// `Q@failed`) plus a second subscription Q2, retry queues of any delay, and a config with any
-/// broker URL.
+/// One test's private topology (the harness's [`Names`]: Q, Q2, `master`, `out`, `seen`,
+/// `Q@failed`, retry queues of any delay) and a config with any broker URL.
 pub struct Faults(Names);
 
 impl std::ops::Deref for Faults {
@@ -43,13 +42,6 @@ impl Faults {
     pub fn new(test: &str) -> Faults {
         Faults(Names::new(test))
     }
-    pub fn q2(&self) -> String {
-        format!("{}.q2", self.p)
-    }
-    pub fn retry(&self, delay: &str) -> String {
-        format!("{}.q@retry.{delay}", self.p)
-    }
-
     /// worker.toml with broker `url`; `extra` lines go into Q's subscription (a second
     /// `[[subscription]]` may follow them).
     pub fn toml(&self, url: &str, admin: Option<SocketAddr>, extra: &str) -> String {
@@ -62,11 +54,10 @@ impl Faults {
             format!("publish = [\"{}.out\"]\n", self.p)
         };
         format!(
-            "[broker]\nurl = \"{url}\"\n\n{admin}\
-             [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
-             [[exchange]]\nname = \"{p}.out\"\ntype = \"fanout\"\n\n\
-             [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"\" }}]\n\n\
+            "[broker]\nurl = \"{url}\"\n\n{admin}{exchanges}{out}\
              [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"script.wasm\"\n{publish}{extra}\n",
+            exchanges = self.exchanges_toml(),
+            out = self.out_toml("fanout"),
             p = self.p,
         )
     }
@@ -85,24 +76,9 @@ impl Faults {
     }
 
     pub async fn cleanup(&self) {
-        let queues = queues_of(&self.p);
-        let exchanges =
-            ["master", "retry", "failed", "out", "nowhere"].map(|e| format!("{}.{e}", self.p));
-        common::cleanup(&queues, &exchanges).await;
+        self.0.cleanup(&[self.q(), self.q2()]).await;
+        harness::cleanup(&[], &[format!("{}.nowhere", self.p)]).await;
     }
-}
-
-/// Every queue a test may have made under prefix `p`.
-fn queues_of(p: &str) -> Vec<String> {
-    let mut queues = vec![format!("{p}.seen")];
-    for q in ["q", "q2"] {
-        queues.push(format!("{p}.{q}"));
-        queues.push(format!("{p}.{q}@failed"));
-        for delay in ["200ms", "1s", "4s", "30s"] {
-            queues.push(format!("{p}.{q}@retry.{delay}"));
-        }
-    }
-    queues
 }
 
 /// Takes every message of a failed queue: (index, headers as text).
@@ -111,8 +87,8 @@ pub async fn drain_parked(conn: &Connection, queue: &str) -> Vec<(u32, BTreeMap<
     let ch = conn.create_channel().await.expect("channel");
     let mut out = Vec::new();
     for _ in 0..expected {
-        let msg = common::get(&ch, queue).await.expect("a parked message");
-        out.push((index(&msg.delivery.data), common::headers_of(&msg)));
+        let msg = harness::get(&ch, queue).await.expect("a parked message");
+        out.push((index(&msg.delivery.data), harness::headers_of(&msg)));
     }
     let _ = ch.close(200, "drained".into()).await;
     out
@@ -135,11 +111,11 @@ pub fn index(body: &[u8]) -> u32 {
 
 /// Waits until `queue` exists and holds at least `at_least` messages.
 pub async fn wait_count(conn: &Connection, queue: &str, at_least: u32, timeout: Duration) -> u32 {
-    common::eventually(
+    harness::eventually(
         timeout,
         &format!("{at_least} messages in {queue}"),
         || async {
-            let d = common::probe(conn, queue).await?.message_count();
+            let d = harness::probe(conn, queue).await?.message_count();
             (d >= at_least).then_some(d)
         },
     )
@@ -235,11 +211,11 @@ impl Drop for MemoryAlarm {
 /// Waits up to a minute for a consumer on `queue` (a host starting as a child process, on a
 /// machine busy with other tests).
 pub async fn wait_consuming_long(conn: &Connection, queue: &str) {
-    common::eventually(
+    harness::eventually(
         Duration::from_secs(60),
         &format!("a consumer on {queue}"),
         || async {
-            common::probe(conn, queue)
+            harness::probe(conn, queue)
                 .await
                 .filter(|q| q.consumer_count() > 0)
         },

@@ -1,6 +1,6 @@
 //! Watches survive their folders being deleted and recreated.
 
-use crate::common::{self, Service};
+use crate::harness::{self, Host, Names};
 
 use super::support::*;
 
@@ -8,12 +8,12 @@ use super::support::*;
 async fn watches_survive_their_folders_being_deleted_and_recreated() {
     let n = Names::new("reload-rmdir");
     let (qa, qb) = (n.q(), format!("{}.b", n.p));
-    let only_a = format!("{}{}", n.topology_toml(), n.sub_toml(&qa, "key", ""));
-    let svc = Service::start(&only_a, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
-    let dir = svc.dir.path().to_path_buf();
+    let only_a = format!("{}{}", topology_toml(&n), sub_toml(&n, &qa, "key", ""));
+    let svc = Host::in_process(&only_a, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
+    let dir = svc.dir().to_path_buf();
     let plugins = dir.join("plugins");
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &qa).await;
+    let (conn, ch) = harness::channel().await;
+    harness::wait_consuming(&conn, &qa).await;
     assert_eq!(probe(&ch, &n, "start").await, 0);
 
     // `rm -rf plugins; mkdir plugins`, then a new version written into the new folder.
@@ -40,10 +40,10 @@ async fn watches_survive_their_folders_being_deleted_and_recreated() {
     std::fs::write(plugins.join("hot.wasm"), versioned(&n.out(), 4)).expect("write v4");
     std::fs::write(
         dir.join("worker.toml"),
-        format!("{only_a}{}", n.sub_toml(&qb, "keyb", "")),
+        format!("{only_a}{}", sub_toml(&n, &qb, "keyb", "")),
     )
     .expect("write worker.toml");
-    common::wait_consuming(&conn, &qb).await;
+    harness::wait_consuming(&conn, &qb).await;
     probe_until(&ch, &n, 4, "config folder recreated").await;
 
     svc.stop().await;

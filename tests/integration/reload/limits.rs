@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::support::*;
+use crate::harness::Names;
 
 /// Peak resident memory of this process since the last reset, in bytes.
 fn peak_rss() -> u64 {
@@ -30,7 +31,7 @@ async fn a_huge_or_foreign_file_is_refused_unread_and_the_running_version_stays(
     // Reading it would take 1GiB; the peak is measured, since a buffer freed after a refusal
     // leaves the current RSS where it was. Other tests share this process: hence the margin.
     let refused = reloads(port, "failed").await;
-    let huge = svc.dir.path().join("plugins/huge.tmp");
+    let huge = svc.dir().join("plugins/huge.tmp");
     std::fs::File::create(&huge)
         .and_then(|f| f.set_len(1 << 30))
         .expect("sparse file");
@@ -68,7 +69,7 @@ async fn a_plugin_over_the_limit_at_start_is_a_user_error_naming_file_size_and_l
         .and_then(|f| f.set_len(1 << 30))
         .expect("sparse file");
     let path = dir.path().join("worker.toml");
-    let toml = format!("{}{}", n.topology_toml(), n.sub_toml(&n.q(), "key", ""));
+    let toml = format!("{}{}", topology_toml(&n), sub_toml(&n, &n.q(), "key", ""));
     std::fs::write(&path, &toml).expect("write");
     let (config, _) = worker_host::config::Config::parse(&toml, &path).expect("valid config");
     let err = tokio::time::timeout(

@@ -11,90 +11,43 @@ use lapin::BasicProperties;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions};
 use lapin::types::FieldTable;
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common;
+use crate::harness::{self, Host, Names, free_port};
 
-/// One test's private topology, named from a unique prefix.
-pub(crate) struct Names {
-    pub(crate) p: String,
+/// Exchanges, the out exchange (topic) and the `seen` queue collecting every result.
+pub(crate) fn topology_toml(n: &Names) -> String {
+    format!(
+        "{}{}{}",
+        n.broker_toml(),
+        n.exchanges_toml(),
+        n.out_toml("topic")
+    )
 }
 
-impl Names {
-    pub(crate) fn new(test: &str) -> Names {
-        Names {
-            p: common::unique(test),
-        }
-    }
-    pub(crate) fn q(&self) -> String {
-        format!("{}.q", self.p)
-    }
-    pub(crate) fn master(&self) -> String {
-        format!("{}.master", self.p)
-    }
-    pub(crate) fn out(&self) -> String {
-        format!("{}.out", self.p)
-    }
-    pub(crate) fn seen(&self) -> String {
-        format!("{}.seen", self.p)
-    }
-    pub(crate) fn key(&self) -> String {
-        format!("{}.key.x", self.p)
-    }
-    /// Exchanges, the out exchange (topic) and the `seen` queue collecting every result.
-    pub(crate) fn topology_toml(&self) -> String {
-        format!(
-            "[broker]\nurl = \"{url}\"\n\n\
-             [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
-             [[exchange]]\nname = \"{p}.out\"\ntype = \"topic\"\n\n\
-             [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"#\" }}]\n\n",
-            url = common::broker_url(),
-            p = self.p
-        )
-    }
-    /// A subscription on `queue` running `hot.wasm`, bound to `<p>.<binding>.*`; retries wait
-    /// 200ms unless `extra` says otherwise.
-    pub(crate) fn sub_toml(&self, queue: &str, binding: &str, extra: &str) -> String {
-        self.sub_toml_with("hot.wasm", queue, binding, extra)
-    }
-    /// [`Names::sub_toml`] running `plugin`.
-    pub(crate) fn sub_toml_with(
-        &self,
-        plugin: &str,
-        queue: &str,
-        binding: &str,
-        extra: &str,
-    ) -> String {
-        let delays = if extra.contains("retry_delays") {
-            ""
-        } else {
-            "retry_delays = [\"200ms\"]\n"
-        };
-        format!(
-            "[[subscription]]\nqueue = \"{queue}\"\nplugin = \"{plugin}\"\nbindings = [\"{p}.{binding}.*\"]\n\
-             publish = [\"{p}.out\"]\n{delays}{extra}\n\n",
-            p = self.p
-        )
-    }
-    pub(crate) fn queues_of(&self, queue: &str) -> Vec<String> {
-        vec![
-            queue.to_string(),
-            format!("{queue}@failed"),
-            format!("{queue}@retry.200ms"),
-            format!("{queue}@retry.300ms"),
-        ]
-    }
-    pub(crate) async fn cleanup(&self, queues: &[String]) {
-        let mut all = vec![self.seen()];
-        for q in queues {
-            all.extend(self.queues_of(q));
-        }
-        let exchanges = ["master", "retry", "failed", "out"]
-            .iter()
-            .map(|e| format!("{}.{e}", self.p))
-            .collect::<Vec<_>>();
-        common::cleanup(&all, &exchanges).await;
-    }
+/// A subscription on `queue` running `hot.wasm`, bound to `<p>.<binding>.*`; retries wait
+/// 200ms unless `extra` says otherwise.
+pub(crate) fn sub_toml(n: &Names, queue: &str, binding: &str, extra: &str) -> String {
+    sub_toml_with(n, "hot.wasm", queue, binding, extra)
+}
+
+/// [`sub_toml`] running `plugin`.
+pub(crate) fn sub_toml_with(
+    n: &Names,
+    plugin: &str,
+    queue: &str,
+    binding: &str,
+    extra: &str,
+) -> String {
+    let delays = if extra.contains("retry_delays") {
+        ""
+    } else {
+        "retry_delays = [\"200ms\"]\n"
+    };
+    format!(
+        "[[subscription]]\nqueue = \"{queue}\"\nplugin = \"{plugin}\"\nbindings = [\"{p}.{binding}.*\"]\n\
+         publish = [\"{p}.out\"]\n{delays}{extra}\n\n",
+        p = n.p
+    )
 }
 
 /// Version `v` of the test plugin: publishes the body to `out` with routing key `v<v>` and
@@ -226,7 +179,7 @@ impl Collector {
         let _ = self.ch.close(200, "done".into()).await;
         let _ = self.task.await;
         let mut all = self.records.lock().unwrap().clone();
-        while let Some(msg) = common::get(ch, queue).await {
+        while let Some(msg) = harness::get(ch, queue).await {
             all.push(Seen {
                 version: parse_version(msg.delivery.routing_key.as_str()),
                 body: String::from_utf8_lossy(&msg.delivery.data).into_owned(),
@@ -263,7 +216,7 @@ pub(crate) async fn result_within(
     body: &str,
     wait: Duration,
 ) -> (usize, String) {
-    common::publish(
+    harness::publish(
         ch,
         &n.master(),
         &n.key(),
@@ -271,8 +224,8 @@ pub(crate) async fn result_within(
         BasicProperties::default(),
     )
     .await;
-    let msg = common::eventually(wait, &format!("the result of {body}"), || async {
-        common::get(ch, &n.seen()).await
+    let msg = harness::eventually(wait, &format!("the result of {body}"), || async {
+        harness::get(ch, &n.seen()).await
     })
     .await;
     (
@@ -297,25 +250,12 @@ pub(crate) async fn probe_until(ch: &lapin::Channel, n: &Names, version: usize, 
     }
 }
 
-/// A free TCP port for the admin endpoint.
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 /// `worker_plugin_reloads{result=...}` from the admin endpoint.
 pub(crate) async fn reloads(port: u16, result: &str) -> u64 {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let (_, text) = harness::http_get(admin, "/metrics")
         .await
-        .expect("admin endpoint");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("request");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).await.expect("response");
+        .expect("the admin endpoint answers");
     let label = format!("result=\"{result}\"");
     text.lines()
         .find(|l| l.starts_with("worker_plugin_reloads") && l.contains(&label))
@@ -327,7 +267,7 @@ pub(crate) async fn reloads(port: u16, result: &str) -> u64 {
 
 /// Waits until the service has refused one more reload than `before`.
 pub(crate) async fn wait_refused(port: u16, before: u64, what: &str) -> u64 {
-    common::eventually(
+    harness::eventually(
         Duration::from_secs(10),
         &format!("{what} refused"),
         || async {
@@ -345,14 +285,14 @@ pub(crate) fn stats(mut xs: Vec<Duration>) -> (Duration, Duration, Duration) {
 
 /// Consumers on `queue` now.
 pub(crate) async fn consumers(conn: &lapin::Connection, queue: &str) -> u32 {
-    common::probe(conn, queue)
+    harness::probe(conn, queue)
         .await
         .unwrap_or_else(|| panic!("queue {queue} missing"))
         .consumer_count()
 }
 
 pub(crate) async fn queue_exists(conn: &lapin::Connection, queue: &str) -> bool {
-    common::probe(conn, queue).await.is_some()
+    harness::probe(conn, queue).await.is_some()
 }
 
 /// Saves worker.toml the way editors do: a temp file renamed over it.
@@ -366,14 +306,7 @@ pub(crate) fn save_config(dir: &Path, text: &str) -> PathBuf {
 
 /// What `start_hot` returns: the names, the admin port, the service, the plugin file, and a
 /// connection with a channel for probing.
-pub type Hot = (
-    Names,
-    u16,
-    crate::common::Service,
-    PathBuf,
-    lapin::Connection,
-    lapin::Channel,
-);
+pub type Hot = (Names, u16, Host, PathBuf, lapin::Connection, lapin::Channel);
 
 /// A service whose one subscription runs `hot.wasm` (version 0), with the admin endpoint on a
 /// free port, consuming and answering: the start of the hot-reload tests.
@@ -387,13 +320,13 @@ pub async fn start_hot_with(test: &str, tables: &str) -> Hot {
     let port = free_port();
     let toml = format!(
         "{}[admin]\nlisten = \"127.0.0.1:{port}\"\n\n{}{tables}",
-        n.topology_toml(),
-        n.sub_toml(&n.q(), "key", "max_retries = 0")
+        topology_toml(&n),
+        sub_toml(&n, &n.q(), "key", "max_retries = 0")
     );
-    let svc = crate::common::Service::start(&toml, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
-    let plugin = svc.dir.path().join("plugins/hot.wasm");
-    let (conn, ch) = common::channel().await;
-    common::wait_consuming(&conn, &n.q()).await;
+    let svc = Host::in_process(&toml, &[("hot.wasm", &versioned(&n.out(), 0))]).await;
+    let plugin = svc.dir().join("plugins/hot.wasm");
+    let (conn, ch) = harness::channel().await;
+    harness::wait_consuming(&conn, &n.q()).await;
     assert_eq!(probe(&ch, &n, "start").await, 0);
     (n, port, svc, plugin, conn, ch)
 }

@@ -1,78 +1,45 @@
-//! Helpers of the service tests: names, the real binary as a child process, publishing,
-//! draining and counting where every message ended up.
+//! Helpers of the service tests: their config, the real binary on it, publishing, draining and
+//! counting where every message ended up.
 
 #![allow(dead_code)]
 
-use crate::common::{self};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
 use futures_util::StreamExt;
 use lapin::options::BasicConsumeOptions;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection};
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use worker_host::outcome;
 
-pub const SCRIPT: &str = include_str!("../fixtures/script.wat");
-pub const BIN: &str = env!("CARGO_BIN_EXE_worker-host");
+use crate::harness::{self, Host, Names};
 
-/// One test's private topology, derived from a unique prefix.
-pub struct Names {
-    pub p: String,
+pub const SCRIPT: &str = include_str!("../fixtures/script.wat");
+
+/// worker.toml: one subscription on the script plugin (retries wait 30 s, so a retried
+/// message stays countable in its retry queue), a collector queue `seen` behind the fanout
+/// exchange `out`, and `[admin]` when asked.
+pub fn toml(n: &Names, admin: Option<SocketAddr>, extra: &str) -> String {
+    let admin = admin
+        .map(|a| format!("[admin]\nlisten = \"{a}\"\n\n"))
+        .unwrap_or_default();
+    format!(
+        "{broker}{admin}{exchanges}{out}\
+         [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"script.wasm\"\npublish = [\"{p}.out\"]\n\
+         retry_delays = [\"30s\"]\n{extra}\n",
+        broker = n.broker_toml(),
+        exchanges = n.exchanges_toml(),
+        out = n.out_toml("fanout"),
+        p = n.p,
+    )
 }
 
-impl Names {
-    pub fn new(test: &str) -> Names {
-        Names {
-            p: common::unique(test),
-        }
-    }
-    pub fn q(&self) -> String {
-        format!("{}.q", self.p)
-    }
-    pub fn master(&self) -> String {
-        format!("{}.master", self.p)
-    }
-    pub fn out(&self) -> String {
-        format!("{}.out", self.p)
-    }
-    pub fn seen(&self) -> String {
-        format!("{}.seen", self.p)
-    }
-    pub fn failed(&self) -> String {
-        format!("{}.q@failed", self.p)
-    }
-    pub fn retry(&self) -> String {
-        format!("{}.q@retry.30s", self.p)
-    }
-
-    /// worker.toml: one subscription on the script plugin (retries wait 30 s, so a retried
-    /// message stays countable in its retry queue), a collector queue `seen` behind the fanout
-    /// exchange `out`, and `[admin]` when asked.
-    pub fn toml(&self, admin: Option<SocketAddr>, extra: &str) -> String {
-        let admin = admin
-            .map(|a| format!("[admin]\nlisten = \"{a}\"\n\n"))
-            .unwrap_or_default();
-        format!(
-            "[broker]\nurl = \"{url}\"\n\n{admin}\
-             [exchanges]\nmaster = \"{p}.master\"\nretry = \"{p}.retry\"\nfailed = \"{p}.failed\"\n\n\
-             [[exchange]]\nname = \"{p}.out\"\ntype = \"fanout\"\n\n\
-             [[queue]]\nname = \"{p}.seen\"\nbindings = [{{ exchange = \"{p}.out\", key = \"\" }}]\n\n\
-             [[subscription]]\nqueue = \"{p}.q\"\nplugin = \"script.wasm\"\npublish = [\"{p}.out\"]\n\
-             retry_delays = [\"30s\"]\n{extra}\n",
-            url = common::broker_url(),
-            p = self.p,
-        )
-    }
-
-    pub async fn cleanup(&self) {
-        let queues = [self.q(), self.failed(), self.retry(), self.seen()];
-        let exchanges = ["master", "retry", "failed", "out"].map(|e| format!("{}.{e}", self.p));
-        common::cleanup(&queues, &exchanges).await;
-    }
+/// Deletes Q, its parked and retry queues, `seen` and the exchanges.
+pub async fn cleanup(n: &Names) {
+    n.cleanup(&[n.q()]).await;
 }
 
 pub fn script() -> Vec<u8> {
@@ -81,10 +48,8 @@ pub fn script() -> Vec<u8> {
 
 /// A config folder: worker.toml and plugins/script.wasm.
 pub fn config_dir(toml: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
-    std::fs::write(dir.path().join("plugins/script.wasm"), script()).expect("write plugin");
-    std::fs::write(dir.path().join("worker.toml"), toml).expect("write worker.toml");
+    let dir = harness::folder(&[("script.wasm", &script())]);
+    harness::write_config(dir.path(), toml);
     dir
 }
 
@@ -92,7 +57,7 @@ pub fn config_dir(toml: &str) -> tempfile::TempDir {
 pub async fn declare(dir: &Path) {
     let (config, _) = worker_host::config::Config::load(&dir.join("worker.toml"))
         .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
-    let conn = common::connect().await;
+    let conn = harness::connect().await;
     worker_host::topology::Plan::from_config(&config)
         .declare(&conn)
         .await
@@ -135,13 +100,13 @@ pub async fn publish_to(
         h.insert("pub-exchange".into(), outcome::text(&to));
         (key, body, BasicProperties::default().with_headers(h))
     });
-    common::publish_pipelined(&ch, exchange, messages).await;
+    harness::publish_pipelined(&ch, exchange, messages).await;
     let _ = ch.close(200, "published".into()).await;
 }
 
 /// Messages ready in `queue`, on a fresh channel (a failed passive declare kills its channel).
 pub async fn depth(conn: &Connection, queue: &str) -> u32 {
-    common::probe(conn, queue)
+    harness::probe(conn, queue)
         .await
         .unwrap_or_else(|| panic!("queue {queue} missing"))
         .message_count()
@@ -195,7 +160,7 @@ pub async fn tally(conn: &Connection, n: &Names, published: u32) -> Tally {
     let seen = drain(conn, &n.seen()).await;
     let parked = drain(conn, &n.failed()).await;
     let mut queued = drain(conn, &n.q()).await;
-    queued.extend(drain(conn, &n.retry()).await);
+    queued.extend(drain(conn, &n.retry("30s")).await);
     let mut handled: BTreeMap<u32, usize> = BTreeMap::new();
     for i in seen.iter().chain(&parked) {
         assert!(*i < published, "unknown index {i}");
@@ -224,85 +189,16 @@ impl Tally {
     }
 }
 
-/// The real binary, logging JSON to a file; killed (SIGKILL) if still running when dropped.
-pub struct Host {
-    pub child: Child,
-    pub log: PathBuf,
-}
-
-impl Host {
-    pub fn start(dir: &Path, run: u32) -> Host {
-        let log = dir.join(format!("host-{run}.log"));
-        let file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(BIN)
-            .args(["--log-format", "json", "run", "-c"])
-            .arg(dir.join("worker.toml"))
-            .env_remove("WORKER_BROKER_URL")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("start worker-host");
-        Host { child, log }
-    }
-
-    /// Sends a signal by name (TERM, INT, ...) with kill(1).
-    pub fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} failed");
-    }
-
-    pub fn kill9(&mut self) {
-        self.child.kill().expect("kill -9");
-        self.child.wait().expect("reap");
-    }
-
-    pub async fn exit_within(&mut self, timeout: Duration) -> ExitStatus {
-        let child = &mut self.child;
-        common::eventually(timeout, "worker-host to exit", || {
-            let done = child.try_wait().expect("try_wait");
-            async move { done }
-        })
-        .await
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
-        common::eventually(timeout, &format!("{needle:?} in the host log"), || {
-            let found = self.log().contains(needle);
-            async move { found.then_some(()) }
-        })
-        .await
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        if std::thread::panicking() || std::env::var_os("WORKER_TEST_HOST_LOGS").is_some() {
-            eprintln!(
-                "---- worker-host log {} ----\n{}",
-                self.log.display(),
-                self.log()
-            );
-        }
-    }
+/// The real binary on `dir`/worker.toml, logging JSON to `dir`/host-`run`.log.
+pub fn start(dir: &Path, run: u32) -> Host {
+    Host::child(&dir.join("worker.toml"))
+        .log_file(dir.join(format!("host-{run}.log")))
+        .start()
 }
 
 /// Waits until `queue` holds at least `at_least` messages; returns how many.
 pub async fn wait_depth(conn: &Connection, queue: &str, at_least: u32, timeout: Duration) -> u32 {
-    common::eventually(
+    harness::eventually(
         timeout,
         &format!("{at_least} messages in {queue}"),
         || async {
@@ -316,41 +212,10 @@ pub async fn wait_depth(conn: &Connection, queue: &str, at_least: u32, timeout: 
 /// Waits until Q is empty and `seen` holds at least `total` (copies included): the host has
 /// taken everything; what it still holds is finished by the drain on SIGTERM.
 pub async fn wait_all_taken(conn: &Connection, n: &Names, total: u32, timeout: Duration) {
-    common::eventually(timeout, "every message taken", || async {
+    harness::eventually(timeout, "every message taken", || async {
         let done = depth(conn, &n.q()).await == 0 && depth(conn, &n.seen()).await >= total;
         done.then_some(())
     })
-    .await
-}
-
-/// A free local port: bind port 0, note it, let it go.
-pub fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("local addr")
-}
-
-/// GET over a plain TCP stream: (status, body), or None when nothing answers.
-pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.ok()?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
-        .await
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let (_, body) = text.split_once("\r\n\r\n")?;
-    Some((status, body.to_string()))
-}
-
-pub async fn wait_status(addr: SocketAddr, path: &str, status: u16, timeout: Duration) {
-    common::eventually(
-        timeout,
-        &format!("GET {path} answering {status}"),
-        || async { (http_get(addr, path).await?.0 == status).then_some(()) },
-    )
     .await
 }
 

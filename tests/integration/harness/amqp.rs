@@ -1,11 +1,12 @@
-//! Shared helpers: broker connection, unique names, polling with a deadline.
+//! The test broker as the tests see it: its URL, connections and channels, publishing with
+//! confirms, taking and counting messages, waiting for consumers, and deleting what a test
+//! declared.
 
-#![allow(dead_code)]
-
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lapin::{Connection, ConnectionProperties};
+
+use super::eventually;
 
 /// The broker the tests use.
 pub fn broker_url() -> String {
@@ -23,112 +24,6 @@ pub async fn connect() -> Connection {
              start it with: rabbitmq-server -detached\n\
              (install it with: apt-get update && apt-get install -y rabbitmq-server)"
         ),
-    }
-}
-
-/// A name no other test (or earlier run) uses: `prefix-<pid>-<n>-<nanos>`.
-pub fn unique(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}-{}-{}-{nanos}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A worker-host service running in-process on its own config folder; stopped by `stop` (which
-/// drains like SIGTERM) or, as a last resort, when dropped.
-pub struct Service {
-    pub dir: tempfile::TempDir,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-}
-
-impl Service {
-    /// Writes `worker_toml` and `plugins` (file name, bytes) into a fresh folder and starts the
-    /// service there. `[broker]` is prepended when the text has none.
-    pub async fn start(worker_toml: &str, plugins: &[(&str, &[u8])]) -> Service {
-        init_logs();
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
-        for (name, bytes) in plugins {
-            std::fs::write(dir.path().join("plugins").join(name), bytes).expect("write plugin");
-        }
-        let text = if worker_toml.contains("[broker]") {
-            worker_toml.to_string()
-        } else {
-            format!("[broker]\nurl = \"{}\"\n\n{worker_toml}", broker_url())
-        };
-        let path = dir.path().join("worker.toml");
-        std::fs::write(&path, text).expect("write worker.toml");
-        let (config, _warnings) = worker_host::config::Config::parse(
-            &std::fs::read_to_string(&path).expect("read back"),
-            &path,
-        )
-        .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(worker_host::run(config, async move {
-            let _ = stopped.await;
-        }));
-        Service {
-            dir,
-            stop: Some(stop),
-            task: Some(task),
-        }
-    }
-
-    /// Asks the service to drain and waits for it; panics if it failed.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            match tokio::time::timeout(Duration::from_secs(30), task).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(err))) => panic!("service failed: {err:#}"),
-                Ok(Err(err)) => panic!("service panicked: {err}"),
-                Err(_) => panic!("service did not stop within 30s"),
-            }
-        }
-    }
-
-    /// Waits for the service to end by itself (for tests of startup errors).
-    pub async fn wait_for_exit(mut self) -> anyhow::Result<()> {
-        let task = self.task.take().expect("running");
-        tokio::time::timeout(Duration::from_secs(30), task)
-            .await
-            .expect("service still running after 30s")
-            .expect("service panicked")
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
     }
 }
 
@@ -235,19 +130,6 @@ pub async fn cleanup(queues: &[String], exchanges: &[String]) {
         }
     }
     let _ = conn.close(200, "bye".into()).await;
-}
-
-/// Logs of the in-process service, shown for failing tests; RUST_LOG picks the level.
-pub fn init_logs() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_test_writer()
-            .try_init();
-    });
 }
 
 /// `queue` as the broker sees it (messages, consumers), or None when it does not exist.
