@@ -8,6 +8,7 @@ mod api;
 mod conns;
 mod guard;
 mod page;
+mod views;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

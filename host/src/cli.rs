@@ -179,6 +179,29 @@ pub enum FailedCommand {
         #[arg(long)]
         all: bool,
     },
+    /// Replay one parked message as an edited copy: id `<id>.edit<n>`, header
+    /// worker-edited-from naming the original, attempts reset. The original is removed once the
+    /// broker has confirmed the copy; one audit line in the log says what changed.
+    Edit {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The subscription queue (not the @failed one).
+        #[arg(long)]
+        queue: String,
+        /// The message (its id as `failed list` shows it).
+        #[arg(long, value_parser = NonEmptyStringValueParser::new())]
+        id: String,
+        /// The new body, read from this file (`-`: standard input); without it the body is
+        /// kept. A JSON body must stay JSON.
+        #[arg(long, value_name = "FILE")]
+        body: Option<PathBuf>,
+        /// Set a header (name=value); repeatable.
+        #[arg(long = "header", value_parser = parse_header)]
+        headers: Vec<(String, String)>,
+        /// Remove a header; repeatable.
+        #[arg(long = "remove-header", value_name = "NAME")]
+        remove_headers: Vec<String>,
+    },
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {

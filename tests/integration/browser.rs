@@ -102,7 +102,7 @@ fn button(id: &str, action: &str) -> String {
 }
 
 #[tokio::test]
-async fn the_console_page_shows_dry_runs_replays_and_discards_in_a_browser() {
+async fn the_console_page_shows_dry_runs_replays_discards_and_edits_in_a_browser() {
     let driver = Driver::start().await;
     let mut fixture = Parking::start("browser", &format!("token = \"{TOKEN}\"")).await;
     fixture.park(&["b-1", "b-2"]).await;
@@ -189,6 +189,166 @@ async fn the_console_page_shows_dry_runs_replays_and_discards_in_a_browser() {
         1,
         "b-2 is still parked"
     );
+
+    // b-2 edited (its script now reports as b-2-fixed) and replayed: the copy is handled, the
+    // original leaves.
+    click(&page, &button("b-2", "edit")).await;
+    until(
+        &page,
+        "the edit dialog",
+        "return document.getElementById('edit-dialog').open",
+    )
+    .await;
+    let edit = "const b = document.getElementById('edit-body'); \
+                b.value = b.value.replace('\"b-2\"', '\"b-2-fixed\"'); return b.value";
+    let edited = page.execute(edit, vec![]).await.expect("edit the body");
+    assert!(
+        edited.as_str().is_some_and(|b| b.contains("b-2-fixed")),
+        "{edited}"
+    );
+    click(&page, "#edit-save").await;
+    until(
+        &page,
+        "the edited copy replayed",
+        "return document.getElementById('notice').textContent.includes('as b-2.edit1')",
+    )
+    .await;
+    assert_eq!(
+        fixture.probe.report("b-2-fixed").await["id"],
+        json!("b-2-fixed")
+    );
+    common::eventually(Duration::from_secs(10), "b-2 gone", || async {
+        (common::depth(&fixture.probe.ch, &failed).await == 0).then_some(())
+    })
+    .await;
     page.close().await.expect("close the browser");
     fixture.stop().await;
+}
+
+/// Types `token` into the prompt the page opens when the API first answers 401.
+async fn give_token(page: &Client, token: &str) {
+    until(
+        page,
+        "the token prompt",
+        "return document.getElementById('token-dialog').open",
+    )
+    .await;
+    page.find(Locator::Id("token-input"))
+        .await
+        .expect("token input")
+        .send_keys(token)
+        .await
+        .expect("type");
+    click(page, "#token-save").await;
+}
+
+fn screenshot_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+#[tokio::test]
+async fn the_console_page_shows_failure_groups_and_search_in_a_browser() {
+    let driver = Driver::start().await;
+    let fixture = crate::console::groups::TwoQueues::start("browser-groups").await;
+    let duplicate =
+        r#"sql error: constraint: duplicate key value violates unique constraint "orders_pkey""#;
+    for (sub, id, n) in [("ga", "d-1", 4711), ("ga", "d-2", 12), ("gb", "d-3", 99)] {
+        let cause = format!("{duplicate} (id={n})");
+        fixture.park(sub, id, &cause, "2026-11-01T10:00:00Z").await;
+    }
+    fixture
+        .park(
+            "gb",
+            "t-1",
+            "sql error: no such table: flags",
+            "2026-11-02T00:00:00Z",
+        )
+        .await;
+    fixture
+        .park(
+            "gb",
+            "s-1",
+            "timeout: still running after 8s",
+            "2026-11-03T00:00:00Z",
+        )
+        .await;
+    let admin = fixture.admin;
+
+    let page = driver.browser().await;
+    page.goto(&format!("http://{admin}/failed#groups"))
+        .await
+        .expect("open /failed#groups");
+    give_token(&page, crate::console::TOKEN).await;
+    until(
+        &page,
+        "three groups",
+        "return document.querySelectorAll('.fgroup').length === 3",
+    )
+    .await;
+    let counts = page
+        .execute(
+            "return [...document.querySelectorAll('.fgroup')].map(g => \
+             g.querySelector('.fingerprint').textContent + ' = ' + g.querySelector('.gcount').textContent).sort()",
+            vec![],
+        )
+        .await
+        .expect("read the groups");
+    assert_eq!(
+        counts,
+        json!([
+            r#"sql error: constraint: duplicate key value violates unique constraint "*" (id=*) = 3 messages"#,
+            "sql error: no such table: flags = 1 message",
+            "timeout: still running after *s = 1 message",
+        ])
+    );
+    until(
+        &page,
+        "the scan's bounds",
+        "return document.querySelector('.scan')?.textContent.includes('3 of 3 read')",
+    )
+    .await;
+    let shot = page.screenshot().await.expect("screenshot");
+    let path = screenshot_path("console-groups.png");
+    std::fs::write(&path, shot).expect("write the screenshot");
+    println!("groups screenshot: {}", path.display());
+
+    // A group discarded as a whole, from the page, through the guard.
+    let timeout =
+        "[...document.querySelectorAll('.fgroup')].find(g => g.textContent.startsWith('timeout'))";
+    page.execute(
+        &format!("{timeout}.querySelector('button[data-action=\"discard\"]').click()"),
+        vec![],
+    )
+    .await
+    .expect("click discard");
+    page.accept_alert().await.expect("confirm the discard");
+    until(
+        &page,
+        "two groups left",
+        "return document.querySelectorAll('.fgroup').length === 2",
+    )
+    .await;
+    assert_eq!(fixture.depth("gb").await, 2, "d-3 and t-1 stay");
+
+    // A word of one body finds that message alone.
+    page.find(Locator::Id("search-input"))
+        .await
+        .expect("search input")
+        .send_keys("parcel for d-2")
+        .await
+        .expect("type");
+    click(&page, "#search-button").await;
+    until(
+        &page,
+        "the one message found",
+        "return document.querySelectorAll('.found').length === 1 && \
+         document.querySelector('.found').dataset.id === 'd-2'",
+    )
+    .await;
+    let shot = page.screenshot().await.expect("screenshot");
+    let path = screenshot_path("console-search.png");
+    std::fs::write(&path, shot).expect("write the screenshot");
+    println!("search screenshot: {}", path.display());
+    page.close().await.expect("close the browser");
+    fixture.probe.stop().await;
 }

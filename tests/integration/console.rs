@@ -3,6 +3,8 @@
 //! replay, discard and dry-run do what the `failed` commands do. `guard` has what a web page
 //! could send.
 
+mod edit;
+pub(crate) mod groups;
 mod guard;
 
 use std::net::SocketAddr;
@@ -17,7 +19,7 @@ use crate::capabilities::db::{self, Kind, Pool};
 use crate::capabilities::support::{Probe, Sub, probe_wasm};
 use crate::harness::{self, free_addr};
 
-const TOKEN: &str = "console-test-token-7f3c";
+pub(crate) const TOKEN: &str = "console-test-token-7f3c";
 
 /// One HTTP/1.1 request with a JSON body; the status and the JSON answer (`null` if none).
 async fn request(

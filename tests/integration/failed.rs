@@ -2,6 +2,7 @@
 //! every message, or parked-style messages published straight into the failed queue.
 
 mod discard;
+mod edit;
 mod select;
 mod support;
 

@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 
 use super::error_answer as error;
 use super::guard::{self, Guard, JSON, JSON_OR_WASM};
+use super::views;
 use crate::capability::Capabilities;
 use crate::config::Config;
 use crate::failed::{self, FailedError, Selection, Trial};
@@ -36,7 +37,7 @@ const PAGE: u64 = 100;
 /// The most messages one listing returns: each may show 64 KiB of body.
 const MAX_PAGE: u64 = 1000;
 /// Bytes of each body a listing shows.
-const BODY_BYTES: usize = 64 << 10;
+pub(super) const BODY_BYTES: usize = 64 << 10;
 /// API requests answered at once. Each opens a broker connection and may take a minute; the
 /// listener keeps room for the probes among its connections.
 const AT_ONCE: usize = 4;
@@ -53,8 +54,9 @@ pub(crate) fn routes(console: Console, guard: Arc<Guard>, max_upload: usize) -> 
         )
         .route(
             "/api/failed/{queue}/discard",
-            post(discard).route_layer(json),
+            post(discard).route_layer(json.clone()),
         )
+        .route("/api/failed/{queue}/edit", post(edit).route_layer(json))
         .route(
             "/api/failed/{queue}/dry-run",
             post(dry_run).route_layer(upload).route_layer(json_or_wasm),
@@ -65,6 +67,7 @@ pub(crate) fn routes(console: Console, guard: Arc<Guard>, max_upload: usize) -> 
         .route("/api/failed", get(queues))
         .route("/api/failed/{queue}", get(messages))
         .merge(changes)
+        .merge(views::routes(max_upload))
         .route_layer(middleware::from_fn_with_state(busy, few_at_once))
         .route_layer(middleware::from_fn_with_state(guard, guard::api))
         .with_state(console)
@@ -100,10 +103,16 @@ async fn one_upload(State(one): State<Arc<Semaphore>>, request: Request, next: N
     }
 }
 
-/// An error of a `failed` action as a response: unknown queues 404, a broker that cannot be
-/// reached 503, anything else 500; always with the reason.
-fn failure(err: &anyhow::Error) -> Response {
+/// An error of a `failed` action as a response: a refused edit 400, unknown queues and ids 404,
+/// a broker that cannot be reached 503, anything else 500; always with the reason.
+pub(super) fn failure(err: &anyhow::Error) -> Response {
     let text = format!("{err:#}");
+    if err
+        .chain()
+        .any(|e| matches!(e.downcast_ref(), Some(FailedError::BadEdit(_))))
+    {
+        return error(StatusCode::BAD_REQUEST, &text);
+    }
     if err.chain().any(|e| e.is::<FailedError>()) {
         return error(StatusCode::NOT_FOUND, &text);
     }
@@ -201,7 +210,7 @@ fn pick(body: &[u8]) -> Result<Selection, String> {
     pick.selection().map_err(str::to_string)
 }
 
-fn bad_request(why: &str) -> Response {
+pub(super) fn bad_request(why: &str) -> Response {
     error(StatusCode::BAD_REQUEST, why)
 }
 
@@ -239,6 +248,35 @@ async fn discard(
     }
 }
 
+/// The body of an edit: the message, and what to change.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditBody {
+    id: String,
+    body: Option<String>,
+    #[serde(default)]
+    set_headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    remove_headers: Vec<String>,
+}
+
+/// `POST /api/failed/{queue}/edit`: as `failed edit`; the edited copy's id and what changed.
+async fn edit(State(console): State<Console>, Path(queue): Path<String>, body: Bytes) -> Response {
+    let asked: EditBody = match serde_json::from_slice(&body) {
+        Ok(asked) => asked,
+        Err(e) => return bad_request(&format!("bad edit: {e}")),
+    };
+    let change = failed::Edit {
+        body: asked.body.map(String::into_bytes),
+        set_headers: asked.set_headers,
+        remove_headers: asked.remove_headers,
+    };
+    match failed::edit(&console.config, &queue, &asked.id, &change, "console").await {
+        Ok(done) => axum::Json(json!({"id": done.id, "diff": done.diff})).into_response(),
+        Err(err) => failure(&err),
+    }
+}
+
 #[derive(Deserialize)]
 struct DryRunQuery {
     /// The selection as JSON when the body is an uploaded plugin.
@@ -265,35 +303,40 @@ async fn dry_run(
         Ok(selection) => selection,
         Err(why) => return bad_request(&why),
     };
-    let sub = match failed::subscription(&console.config, &queue) {
-        Ok(sub) => sub,
-        Err(err) => return failure(&err.into()),
-    };
-    let plugin = if uploaded {
-        console
-            .plugins
-            .load_bytes("upload.wasm", body.to_vec())
-            .await
-    } else {
-        console
+    let upload = uploaded.then(|| body.to_vec());
+    match try_plugin(&console, &queue, upload, &selection).await {
+        Ok(results) => axum::Json(json!({ "results": results })).into_response(),
+        Err(response) => response,
+    }
+}
+
+/// Dry-runs the selected messages of `queue` through its subscription's plugin, or through
+/// `upload` (a `.wasm`, checked like any plugin); the results, or the answer saying why not.
+pub(super) async fn try_plugin(
+    console: &Console,
+    queue: &str,
+    upload: Option<Vec<u8>>,
+    selection: &Selection,
+) -> Result<Vec<Value>, Response> {
+    let sub = failed::subscription(&console.config, queue).map_err(|e| failure(&e.into()))?;
+    let plugin = match upload {
+        Some(bytes) => console.plugins.load_bytes("upload.wasm", bytes).await,
+        None => console
             .plugins
             .slot(&sub.plugin_path)
             .await
-            .map(|slot| slot.load_full())
+            .map(|slot| slot.load_full()),
     };
-    let plugin = match plugin {
-        Ok(plugin) => plugin,
-        Err(err) => return error(StatusCode::BAD_REQUEST, &format!("{err:#}")),
-    };
+    let plugin = plugin.map_err(|err| error(StatusCode::BAD_REQUEST, &format!("{err:#}")))?;
     let granted = console.capabilities.grant(sub);
     let trial = Trial {
         plugin: &plugin,
         granted: &granted,
     };
     let mut out = Vec::new();
-    match failed::dry_run(&console.config, &queue, &trial, &selection, &mut out).await {
-        Ok(_) => axum::Json(json!({ "results": json_lines(&out) })).into_response(),
-        Err(err) => failure(&err),
+    match failed::dry_run(&console.config, queue, &trial, selection, &mut out).await {
+        Ok(_) => Ok(json_lines(&out)),
+        Err(err) => Err(failure(&err)),
     }
 }
 

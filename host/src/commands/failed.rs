@@ -10,7 +10,9 @@ use anyhow::Context as _;
 
 use crate::capability::Capabilities;
 use crate::config::Config;
-use crate::failed::{FailedError, Report, Selection, Trial, discard, dry_run, list, replay};
+use crate::failed::{
+    Edit, FailedError, Report, Selection, Trial, discard, dry_run, edit, list, replay,
+};
 use crate::metrics::Metrics;
 use crate::plugin::CompilePriority;
 use crate::service;
@@ -78,7 +80,37 @@ pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
             say!("discarded {} from {failed}", messages(report.done));
             finish(failed, report)
         }
+        FailedCommand::Edit {
+            config,
+            queue,
+            id,
+            body,
+            headers,
+            remove_headers,
+        } => {
+            let config = load_config(&config.path)?;
+            let change = Edit {
+                body: body.as_deref().map(read_body).transpose()?,
+                set_headers: headers.into_iter().collect(),
+                remove_headers,
+            };
+            let who = std::env::var("USER")
+                .map_or_else(|_| "command line".into(), |u| format!("command line ({u})"));
+            let done = edit(&config, &queue, &id, &change, &who).await?;
+            say!("replayed {id} to {queue} as {} ({})", done.id, done.diff);
+            Ok(())
+        }
     }
+}
+
+/// The bytes of a file, or of standard input for `-`.
+fn read_body(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    if path == std::path::Path::new("-") {
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut body).context("reading stdin")?;
+        return Ok(body);
+    }
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
 /// `failed dry-run`: loads the plugin and opens only what the subscription is granted, so an

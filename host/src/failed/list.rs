@@ -42,17 +42,20 @@ pub async fn list_with(
         (&failed, name),
         selection,
         out,
-        |picked| async move {
-            let delivery = &picked.message.delivery;
-            let shown = Shown {
-                routing_key: delivery.routing_key.as_str(),
-                properties: &delivery.properties,
-                body: &delivery.data,
-            };
-            describe(&picked.parked, &shown, preview)
-        },
+        |picked| async move { describe_picked(&picked, preview) },
     )
     .await
+}
+
+/// The JSON object `failed list` prints for a fetched message, with `preview` bytes of body.
+pub(super) fn describe_picked(picked: &Picked, preview: usize) -> Value {
+    let delivery = &picked.message.delivery;
+    let shown = Shown {
+        routing_key: delivery.routing_key.as_str(),
+        properties: &delivery.properties,
+        body: &delivery.data,
+    };
+    describe(&picked.parked, &shown, preview)
 }
 
 /// Walks the selected messages of the failed queue `failed`, writing the JSON line `line`
@@ -208,6 +211,8 @@ mod tests {
             id: "m".into(),
             reason: Some("fail".into()),
             cause: Some("bad".into()),
+            plugin: None,
+            plugin_sha256: None,
         };
         // Not UTF-8, so `body_hex` is there too.
         let shown = Shown {

@@ -4,18 +4,27 @@
 
 mod discard;
 mod dry_run;
+mod edit;
+mod fingerprint;
+mod groups;
 mod list;
 mod parked;
 mod replay;
+mod scan;
+mod search;
 mod select;
 
 use crate::config::{Config, Subscription};
 
 pub use discard::discard;
 pub use dry_run::{Trial, dry_run};
+pub use edit::{EDITED_FROM, Edit, Edited, edit};
+pub use groups::{Group, Listing, groups};
 pub use list::{PREVIEW_BYTES, list, list_with};
 pub use parked::DIGEST_PREFIX;
 pub use replay::replay;
+pub use scan::Covered;
+pub use search::{Found, search};
 pub use select::Selection;
 
 /// The `tracing` target of the audit lines `failed discard` writes; main always enables it.
@@ -41,6 +50,12 @@ pub enum FailedError {
     /// Ids given with `--id` that no parked message had (the others were acted on).
     #[error("no message in {queue} has the id{} {}", if ids.len() == 1 { "" } else { "s" }, quoted(ids))]
     NotFound { queue: String, ids: Vec<String> },
+    /// An edit that cannot be made (a JSON body no longer JSON, a header the broker owns).
+    #[error("edit refused: {0}")]
+    BadEdit(String),
+    /// A search for nothing.
+    #[error("search for what? give the text to find (an id, a header value, a word of a body)")]
+    EmptySearch,
 }
 
 /// What `replay` or `discard` did.

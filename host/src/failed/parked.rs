@@ -29,6 +29,9 @@ pub(crate) struct Parked {
     pub(crate) reason: Option<String>,
     /// `worker-error`: the last cause.
     pub(crate) cause: Option<String>,
+    /// `worker-plugin` and `worker-plugin-sha256`: the plugin version that parked it.
+    pub(crate) plugin: Option<String>,
+    pub(crate) plugin_sha256: Option<String>,
 }
 
 impl Parked {
@@ -46,6 +49,8 @@ impl Parked {
             id: id(props, &delivery.data),
             reason: header(outcome::FAILED_REASON),
             cause: header(outcome::ERROR),
+            plugin: header(outcome::PLUGIN),
+            plugin_sha256: header(outcome::PLUGIN_SHA256),
         }
     }
 }

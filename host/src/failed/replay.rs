@@ -145,7 +145,7 @@ fn stopped(done: u64, failed: &str) -> String {
 
 /// The properties of a replayed message: all kept but the broker-owned headers (SPEC §3),
 /// `worker-attempts` = 0, persistent.
-fn replayed(properties: &BasicProperties) -> BasicProperties {
+pub(super) fn replayed(properties: &BasicProperties) -> BasicProperties {
     let kept: std::collections::BTreeMap<_, _> = properties
         .headers()
         .as_ref()

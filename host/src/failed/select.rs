@@ -25,6 +25,8 @@ pub enum Selection {
     /// The messages whose `worker-error` contains this text, or whose `worker-failed-reason`
     /// is exactly this text; case-sensitive.
     Reason(String),
+    /// The messages of one failure group (its id, as `groups` names it).
+    Group(String),
 }
 
 impl Selection {
@@ -50,6 +52,7 @@ impl Selection {
                         .as_deref()
                         .is_some_and(|c| c.contains(text.as_str()))
             }
+            Selection::Group(group) => super::groups::id_of(parked) == *group,
         }
     }
 
@@ -74,6 +77,7 @@ pub(crate) struct Walk<'s> {
     channel: Channel,
     queue: String,
     selection: &'s Selection,
+    depth: u64,
     left: u64,
     picked: u64,
     seen: BTreeSet<String>,
@@ -92,6 +96,7 @@ impl<'s> Walk<'s> {
             channel,
             queue: queue.to_string(),
             selection,
+            depth: left,
             left,
             picked: 0,
             seen: BTreeSet::new(),
@@ -126,6 +131,11 @@ impl<'s> Walk<'s> {
             // Not selected: dropping it leaves it unacked, so it goes back when the walk closes.
         }
         Ok(None)
+    }
+
+    /// The messages the queue held when the walk opened: all it can reach.
+    pub(crate) fn depth(&self) -> u64 {
+        self.depth
     }
 
     /// Ids asked for that no message had (for `Ids`; empty otherwise). Complete once `next`
@@ -190,6 +200,8 @@ mod tests {
             id: id.into(),
             reason: reason.map(Into::into),
             cause: cause.map(Into::into),
+            plugin: None,
+            plugin_sha256: None,
         }
     }
 

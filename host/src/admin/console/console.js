@@ -7,7 +7,10 @@ const TOKEN_KEY = "worker-host-console-token";
 // up to MAX, the most one listing returns.
 const PAGE = 500;
 const MAX = 1000;
-const state = { queue: null, limit: PAGE, total: null, messages: [], results: new Map(), selected: new Set(), upload: null };
+// `view`: what the main part shows: one queue ("queue"), the failure groups across queues
+// ("groups") or search results ("search").
+const state = { view: null, queue: null, limit: PAGE, total: null, messages: [], results: new Map(), selected: new Set(),
+  upload: null, groups: null, groupResults: new Map(), query: null };
 
 const $ = (id) => document.getElementById(id);
 
@@ -83,8 +86,15 @@ async function refresh() {
     if (q.queue === state.queue) { button.setAttribute("aria-current", "true"); state.total = q.count; }
     list.append(el("li", {}, button));
   }
-  // The queue the address names (#queue), else the first with parked messages.
+  // The view the address names (#groups, #search=TEXT, #queue), else the first queue with
+  // parked messages.
   const named = decodeURIComponent(location.hash.slice(1));
+  if (state.view === "groups" || (!state.view && named === "groups")) return showGroups();
+  if (state.view === "search" || (!state.view && named.startsWith("search="))) {
+    const text = state.query ?? named.slice("search=".length);
+    $("search-input").value = text;
+    return search(text);
+  }
   const first = data.queues.find((q) => q.queue === named) || data.queues.find((q) => q.count > 0);
   if (state.queue) await openQueue(state.queue, true);
   else if (first) await openQueue(first.queue);
@@ -93,6 +103,7 @@ async function refresh() {
 async function openQueue(queue, keepResults) {
   if (queue !== state.queue) state.limit = PAGE;
   state.queue = queue;
+  state.view = "queue";
   const listed = [...document.querySelectorAll("nav button")].find((b) => b.dataset.queue === queue);
   if (listed) state.total = Number(listed.querySelector(".count").textContent) || 0;
   history.replaceState(null, "", "#" + encodeURIComponent(queue));
@@ -172,6 +183,7 @@ function renderMessage(m) {
     el("span", { class: "cause", text: m.cause || "" }),
     el("button", { type: "button", "data-action": "replay", onclick: () => act("replay", [m.id]) }, "Replay"),
     el("button", { type: "button", "data-action": "dry-run", onclick: () => dryRun([m.id]) }, "Dry-run"),
+    el("button", { type: "button", "data-action": "edit", onclick: () => openEdit(m) }, "Edit"),
     el("button", { type: "button", "data-action": "discard", class: "danger", onclick: () => act("discard", [m.id]) }, "Discard"));
   const details = el("details", {}, el("summary", { text: "headers, properties and body (" + m.size + " bytes)" }),
     table(m.headers), table(m.properties), el("pre", { class: "body", text: bodyText(m) }));
@@ -231,6 +243,176 @@ async function dryRun(ids) {
   notice("Dry-run of " + data.results.length + " message" + (data.results.length === 1 ? "" : "s") +
     (state.upload ? " with " + state.upload.name : "") + ": nothing was sent or written.", "info");
   render();
+}
+
+// Edit and replay: the edited copy goes to the queue as <id>.edit<n>, the original is removed
+// once the copy is confirmed (the service writes the audit line).
+
+let editing = null;
+
+const parses = (text) => { try { JSON.parse(text); return true; } catch (_) { return false; } };
+
+function editableHeaders(headers) {
+  const out = {};
+  for (const [k, v] of Object.entries(headers || {})) {
+    if (!k.startsWith("worker-") && !k.startsWith("x-")) out[k] = typeof v === "string" ? v : JSON.stringify(v);
+  }
+  return out;
+}
+
+function openEdit(m) {
+  if (m.body_hex || m.body_truncated) {
+    notice("Only a text body shown whole can be edited here: use `worker-host failed edit --body FILE`.");
+    return;
+  }
+  editing = m;
+  $("edit-title").textContent = "Edit " + m.id + " and replay the copy to " + state.queue;
+  $("edit-body").value = bodyText(m);
+  $("edit-headers").value = JSON.stringify(editableHeaders(m.headers), null, 2);
+  $("edit-error").hidden = true;
+  $("edit-dialog").showModal();
+}
+
+function editError(text) {
+  $("edit-error").textContent = text;
+  $("edit-error").hidden = false;
+}
+
+$("edit-save").addEventListener("click", async (event) => {
+  event.preventDefault();
+  const m = editing;
+  const body = $("edit-body").value;
+  const json = ((m.properties || {}).content_type || "").includes("json") || parses(m.body_preview);
+  if (json && !parses(body)) return editError("The body is JSON and must stay JSON.");
+  let headers;
+  try { headers = JSON.parse($("edit-headers").value); } catch (err) { return editError("Headers: " + err.message); }
+  if (!headers || typeof headers !== "object" || Array.isArray(headers)) return editError("Headers: a JSON object.");
+  const before = editableHeaders(m.headers);
+  const set = {};
+  for (const [k, v] of Object.entries(headers)) {
+    const text = typeof v === "string" ? v : JSON.stringify(v);
+    if (before[k] !== text) set[k] = text;
+  }
+  const remove = Object.keys(before).filter((k) => !(k in headers));
+  // The body as shown (JSON pretty-printed) and left alone is sent as it was.
+  const changed = body === bodyText(m) ? undefined : body;
+  $("edit-dialog").close();
+  const asked = JSON.stringify({ id: m.id, body: changed, set_headers: set, remove_headers: remove });
+  const data = await api("POST", "/api/failed/" + encodeURIComponent(state.queue) + "/edit", asked);
+  if (!data) return;
+  notice("Replayed " + m.id + " to " + state.queue + " as " + data.id + " (" + data.diff + ").", "info");
+  await refresh();
+});
+
+// Failure groups across queues, and search; each says what part of each queue it read.
+
+$("groups-button").addEventListener("click", () => showGroups());
+$("search-form").addEventListener("submit", (event) => { event.preventDefault(); search($("search-input").value); });
+
+const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
+
+function leaveQueue(view, hash) {
+  state.view = view;
+  history.replaceState(null, "", "#" + hash);
+  for (const b of document.querySelectorAll("nav button[data-queue]")) b.setAttribute("aria-current", "false");
+}
+
+function coverage(scanned) {
+  const partial = scanned.some((c) => !c.complete);
+  const parts = scanned.map((c) => c.error ? c.queue + ": not read (" + c.error + ")"
+    : c.queue + ": " + c.scanned + " of " + c.depth + " read");
+  const lead = partial ? "Counts cover the head of each queue only: " : "Every parked message was read: ";
+  return el("p", { class: "scan" + (partial ? " partial" : ""), text: lead + parts.join(" · ") });
+}
+
+async function showGroups() {
+  leaveQueue("groups", "groups");
+  status("grouping …");
+  const data = await api("GET", "/api/groups");
+  status("");
+  if (!data) return;
+  state.groups = data;
+  renderGroups();
+}
+
+function renderGroups() {
+  const data = state.groups;
+  const total = data.groups.reduce((n, g) => n + g.count, 0);
+  const title = el("h2", { text: "Failure groups · " + plural(data.groups.length, "group") + " · " + plural(total, "message") });
+  const nodes = data.groups.map(renderFailureGroup);
+  if (!nodes.length) nodes.push(el("p", { class: "hint", text: "Nothing is parked in any queue." }));
+  if (data.ungrouped) nodes.push(el("p", { class: "hint", text: data.ungrouped + " more messages fall in further groups." }));
+  $("queue").replaceChildren(title, coverage(data.scanned), ...nodes);
+}
+
+function renderFailureGroup(g) {
+  const queues = Object.entries(g.queues).map(([q, n]) => q + " (" + n + ")").join(", ");
+  const head = el("div", { class: "head" },
+    el("span", { class: "fingerprint", text: g.fingerprint || "(no cause)" }),
+    el("strong", { class: "gcount", text: plural(g.count, "message") }),
+    el("span", { class: "tag", text: (g.plugin || "?") + " " + (g.plugin_sha256 || "").slice(0, 12) }),
+    el("button", { type: "button", "data-action": "replay", onclick: () => groupAct(g, "replay") }, "Replay group"),
+    el("button", { type: "button", "data-action": "dry-run", onclick: () => groupAct(g, "dry-run") }, "Dry-run group"),
+    el("button", { type: "button", "data-action": "discard", class: "danger", onclick: () => groupAct(g, "discard") }, "Discard group"));
+  const meta = el("div", { class: "meta", text: "in " + queues + " · first seen " + (g.first_seen || "?") +
+    " · last seen " + (g.last_seen || "?") });
+  const example = el("details", { class: "message" }, el("summary", { text: "example: " + g.example.id }),
+    table(g.example.headers), el("pre", { class: "body", text: bodyText(g.example) }));
+  const node = el("div", { class: "group fgroup", "data-group": g.group }, head, meta, example);
+  const result = state.groupResults.get(g.group);
+  if (result) node.append(result);
+  return node;
+}
+
+async function groupAct(g, action) {
+  if (action === "discard" && !confirm("Discard every message of this group, in every queue, for good?")) return;
+  status(action + " of a group …");
+  const data = await api("POST", "/api/groups/" + encodeURIComponent(g.group) + "/" + action, "{}");
+  status("");
+  if (!data) return;
+  if (action === "dry-run") {
+    const results = data.queues.flatMap((q) => q.results);
+    const answers = {};
+    for (const r of results) answers[r.answer] = (answers[r.answer] || 0) + 1;
+    const what = "dry-run: " + Object.entries(answers).map(([a, n]) => n + " " + a).join(", ");
+    state.groupResults.set(g.group, el("div", { class: "result" }, el("strong", { text: what }),
+      el("pre", { text: JSON.stringify(results.slice(0, 20), null, 2) })));
+    notice("Dry-run of " + plural(results.length, "message") + " of the group: nothing was sent or written.", "info");
+    renderGroups();
+    return;
+  }
+  notice((action === "replay" ? "Replayed " : "Discarded ") + plural(data.done, "message") + " of the group.", "info");
+  state.groupResults.delete(g.group);
+  await refresh();
+}
+
+async function search(text) {
+  text = text.trim();
+  if (!text) { notice("Type what to find: an id, a header value, a word of a body."); return; }
+  const here = $("search-here").checked && state.queue;
+  leaveQueue("search", "search=" + encodeURIComponent(text));
+  state.query = text;
+  const path = "/api/search?q=" + encodeURIComponent(text) + (here ? "&queue=" + encodeURIComponent(state.queue) : "");
+  status("searching …");
+  const data = await api("GET", path);
+  status("");
+  if (!data) return;
+  const title = el("h2", { text: "Search “" + text + "” · " + data.messages.length + (data.more ? "+" : "") + " found" });
+  const found = data.messages.map(renderFound);
+  if (!found.length) found.push(el("p", { class: "hint", text: "No parked message holds that text in the part read." }));
+  $("queue").replaceChildren(title, coverage(data.scanned), el("div", { class: "group" }, ...found));
+}
+
+function renderFound(m) {
+  const line = el("div", { class: "line" },
+    el("span", { class: "id", text: m.id }),
+    el("span", { class: "tag", text: m.queue }),
+    el("span", { class: "cause", text: m.cause || "" }),
+    el("span", { class: "where", text: "found in " + m.found_in.join(", ") }),
+    el("button", { type: "button", onclick: () => openQueue(m.queue) }, "Open queue"));
+  const details = el("details", {}, el("summary", { text: "headers, properties and body (" + m.size + " bytes)" }),
+    table(m.headers), table(m.properties), el("pre", { class: "body", text: bodyText(m) }));
+  return el("div", { class: "message found", "data-id": m.id }, line, details);
 }
 
 refresh();
