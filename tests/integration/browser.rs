@@ -217,8 +217,8 @@ async fn the_console_page_shows_dry_runs_replays_discards_and_edits_in_a_browser
         fixture.probe.report("b-2-fixed").await["id"],
         json!("b-2-fixed")
     );
-    common::eventually(Duration::from_secs(10), "b-2 gone", || async {
-        (common::depth(&fixture.probe.ch, &failed).await == 0).then_some(())
+    harness::eventually(Duration::from_secs(10), "b-2 gone", || async {
+        (harness::depth(&fixture.probe.ch, &failed).await == 0).then_some(())
     })
     .await;
     page.close().await.expect("close the browser");

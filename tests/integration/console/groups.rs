@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use super::{TOKEN, request};
 use crate::capabilities::support::{Probe, Sub};
-use crate::common;
-use crate::service::support::free_addr;
+use crate::harness;
+use crate::harness::free_addr;
 
 const DUPLICATE: &str =
     r#"sql error: constraint: duplicate key value violates unique constraint "orders_pkey""#;
@@ -62,11 +62,11 @@ impl TwoQueues {
             .with_headers(headers);
         let body = json!({"id": id, "note": format!("parcel for {id}")}).to_string();
         let failed = format!("{}@failed", self.queue(sub));
-        common::publish(&self.probe.ch, "", &failed, body.as_bytes(), props).await;
+        harness::publish(&self.probe.ch, "", &failed, body.as_bytes(), props).await;
     }
 
     pub async fn depth(&self, sub: &str) -> u32 {
-        common::depth(&self.probe.ch, &format!("{}@failed", self.queue(sub))).await
+        harness::depth(&self.probe.ch, &format!("{}@failed", self.queue(sub))).await
     }
 }
 

@@ -6,7 +6,7 @@ use worker_host::failed;
 
 use super::support::*;
 use crate::cli::{assert_no_panic, text, worker_host};
-use crate::common;
+use crate::harness;
 
 /// Runs `worker-host --log-format json failed edit -c <setup> --queue <q> ARGS...`.
 fn edit(s: &Setup, args: &[&str]) -> (Option<i32>, String, Vec<serde_json::Value>) {
@@ -37,7 +37,7 @@ fn edit(s: &Setup, args: &[&str]) -> (Option<i32>, String, Vec<serde_json::Value
 async fn edit_replays_a_copy_under_a_new_id_and_removes_the_original_with_an_audit_line() {
     let s = Setup::new();
     s.declare().await;
-    let (_conn, ch) = common::channel().await;
+    let (_conn, ch) = harness::channel().await;
     s.park(&ch, parked(1, "fail", "bad total"), br#"{"total": -1}"#)
         .await;
     s.park(&ch, parked(2, "fail", "other"), b"x").await;
@@ -50,7 +50,7 @@ async fn edit_replays_a_copy_under_a_new_id_and_removes_the_original_with_an_aud
     let bad_arg = bad.to_str().expect("utf-8");
     let (code, stdout, logs) = edit(&s, &["--id", "m1", "--body", bad_arg]);
     assert_eq!(code, Some(1), "refused: {stdout} {logs:?}");
-    assert_eq!(common::depth(&ch, &s.failed()).await, 2, "nothing moved");
+    assert_eq!(harness::depth(&ch, &s.failed()).await, 2, "nothing moved");
 
     let good_arg = good.to_str().expect("utf-8");
     let args = [
@@ -81,7 +81,7 @@ async fn edit_replays_a_copy_under_a_new_id_and_removes_the_original_with_an_aud
     );
 
     wait_depth(&ch, &s.q(), 1).await;
-    let copy = common::get(&ch, &s.q()).await.expect("the copy");
+    let copy = harness::get(&ch, &s.q()).await.expect("the copy");
     let props = &copy.delivery.properties;
     assert_eq!(
         props.message_id().as_ref().map(|m| m.as_str()),
