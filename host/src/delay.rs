@@ -60,8 +60,8 @@ impl Delayer {
             );
         }
         let mut headers = props.headers().clone().unwrap_or_default();
-        headers.insert(EXCHANGE_HEADER.into(), crate::outcome::text(exchange));
-        headers.insert(ROUTING_KEY_HEADER.into(), crate::outcome::text(routing_key));
+        headers.insert(EXCHANGE_HEADER.into(), crate::headers::text(exchange));
+        headers.insert(ROUTING_KEY_HEADER.into(), crate::headers::text(routing_key));
         let due = SystemTime::now() + delay;
         let due_ms = due
             .duration_since(UNIX_EPOCH)

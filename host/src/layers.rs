@@ -6,6 +6,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("config", 0),
     ("descriptors", 0),
     ("failpoint", 0),
+    ("headers", 0),
     ("runtime", 0),
     ("scaffold", 0),
     ("stdout", 0),

@@ -8,7 +8,7 @@ use lapin::{BasicProperties, Channel};
 use super::outbox::Outbound;
 use super::{Link, Subscriber};
 use crate::broker::{self, PERSISTENT, PublishError};
-use crate::outcome;
+use crate::headers;
 use crate::plugin::Input;
 
 /// Why a message's plugin publishes did not go out.
@@ -80,7 +80,7 @@ impl Subscriber {
         if !p.headers.is_empty() {
             let mut headers = lapin::types::FieldTable::default();
             for (name, value) in &p.headers {
-                headers.insert(name.as_str().into(), outcome::text(value));
+                headers.insert(name.as_str().into(), headers::text(value));
             }
             props = props.with_headers(headers);
         }

@@ -21,7 +21,8 @@ use crate::broker::{self, PERSISTENT, PublishError};
 use crate::delay::Delayer;
 use crate::failpoint;
 use crate::metrics::Settled;
-use crate::outcome::{self, Decision, FailedReason, Stamp};
+use crate::headers::{self, Stamp};
+use crate::outcome::{self, Decision, FailedReason};
 use crate::plugin::{Input, Plugin};
 use crate::poison;
 use crate::telemetry;
@@ -409,7 +410,7 @@ async fn republish(
 
 /// The original properties with the host's headers, persistent.
 fn republished(properties: &BasicProperties, stamp: &Stamp<'_>) -> BasicProperties {
-    let headers = outcome::stamp_headers(properties.headers().as_ref(), stamp);
+    let headers = headers::stamp_headers(properties.headers().as_ref(), stamp);
     properties
         .clone()
         .with_headers(headers)

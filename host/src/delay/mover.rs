@@ -17,7 +17,7 @@ use tracing::{debug, error, warn};
 
 use super::{DUE_HEADER, Delayer, ERROR_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER, now_ms};
 use crate::broker::{self, Blocked, PERSISTENT, Publisher};
-use crate::outcome::{self, DEATH_SUMMARY, text_of};
+use crate::headers::{self, DEATH_SUMMARY, text_of};
 
 /// Due messages taken at once: their republishes overlap.
 const PREFETCH: u16 = 64;
@@ -206,7 +206,7 @@ impl Delayer {
         why: &str,
     ) -> anyhow::Result<()> {
         let mut headers = props.headers().clone().unwrap_or_default();
-        headers.insert(ERROR_HEADER.into(), outcome::text(why));
+        headers.insert(ERROR_HEADER.into(), headers::text(why));
         let props = props
             .clone()
             .with_headers(headers)
@@ -353,17 +353,17 @@ mod tests {
 
     fn death(queue: &str) -> AMQPValue {
         let mut t = FieldTable::default();
-        t.insert("queue".into(), outcome::text(queue));
-        t.insert("reason".into(), outcome::text("expired"));
+        t.insert("queue".into(), headers::text(queue));
+        t.insert("reason".into(), headers::text("expired"));
         AMQPValue::FieldTable(t)
     }
 
     #[test]
     fn restores_what_was_published() {
         let mut h = FieldTable::default();
-        h.insert("mine".into(), outcome::text("kept"));
-        h.insert(EXCHANGE_HEADER.into(), outcome::text("e"));
-        h.insert(ROUTING_KEY_HEADER.into(), outcome::text("k"));
+        h.insert("mine".into(), headers::text("kept"));
+        h.insert(EXCHANGE_HEADER.into(), headers::text("e"));
+        h.insert(ROUTING_KEY_HEADER.into(), headers::text("k"));
         h.insert(DUE_HEADER.into(), AMQPValue::LongLongInt(1));
         h.insert(
             "x-death".into(),
@@ -374,9 +374,9 @@ mod tests {
         );
         h.insert(
             "x-first-death-queue".into(),
-            outcome::text("worker.delay.4s"),
+            headers::text("worker.delay.4s"),
         );
-        h.insert("x-first-death-reason".into(), outcome::text("expired"));
+        h.insert("x-first-death-reason".into(), headers::text("expired"));
         let props = BasicProperties::default()
             .with_message_id("m1".into())
             .with_headers(h);
@@ -401,7 +401,7 @@ mod tests {
                 death("q@retry.30s"),
             ])),
         );
-        h.insert("x-first-death-queue".into(), outcome::text("q@retry.30s"));
+        h.insert("x-first-death-queue".into(), headers::text("q@retry.30s"));
         let out = restored(&BasicProperties::default().with_headers(h), "worker.delay");
         let h = out.headers().clone().unwrap_or_default();
         let Some(AMQPValue::FieldArray(deaths)) = h.inner().get("x-death") else {

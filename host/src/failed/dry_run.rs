@@ -14,8 +14,10 @@ use super::select::Selection;
 use crate::capability::Granted;
 use crate::capability::capture::{Capture, bytes_json};
 use crate::config::{Config, Subscription};
-use crate::outcome;
-use crate::plugin::{Answer, Input, Instances, Invocation, Limits, Plugin, PublishPolicy};
+use crate::headers;
+use crate::plugin::{
+    Answer, Input, Instances, Invocation, Limits, Meta, Plugin, PublishPolicy,
+};
 use crate::topology::delay_levels::Delayer;
 
 /// What a dry run runs: a plugin (the subscription's own, or another file) under the
@@ -60,8 +62,8 @@ pub(crate) async fn try_one(
 ) -> Value {
     let props = &delivery.properties;
     let key =
-        outcome::original_routing_key(props.headers().as_ref(), delivery.routing_key.as_str());
-    let mut meta = outcome::meta_of(&sub.queue, &sub.exchange, &key, false, props);
+        headers::original_routing_key(props.headers().as_ref(), delivery.routing_key.as_str());
+    let mut meta = Meta::of(&sub.queue, &sub.exchange, &key, false, props);
     meta.attempt = 1;
     let capture = Arc::new(Capture::default());
     let max_delay = Delayer::from_config(config)
