@@ -229,7 +229,7 @@ fn delay_plan(
         return Ok(None);
     };
     let delayer = Delayer::required(config)?;
-    let steps = delayer.steps(delay)?;
+    let steps = delayer.levels().steps(delay)?;
     Ok((steps > 0).then_some((delayer, delay)))
 }
 
@@ -257,6 +257,7 @@ async fn send(
                     delay,
                 )
                 .await
+                .map_err(anyhow::Error::from)
         }
         // Mandatory: a message no queue would receive is an error, not a silent drop.
         None => publish_confirmed(

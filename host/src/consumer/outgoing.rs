@@ -111,13 +111,7 @@ impl Subscriber {
         delayer
             .publish(channel, &p.exchange, &p.routing_key, &p.body, props, delay)
             .await
-            .map_err(|err| match err.downcast_ref::<PublishError>() {
-                Some(err) => err.clone(),
-                None => PublishError::Broken {
-                    exchange: p.exchange.clone(),
-                    text: format!("{err:#}"),
-                },
-            })
+            .map_err(|err| err.into_publish(&p.exchange))
     }
 }
 

@@ -294,13 +294,7 @@ impl Subscriber {
         delayer
             .publish(&channel, "", &self.sub.queue, body, props, after)
             .await
-            .map_err(|err| match err.downcast_ref::<PublishError>() {
-                Some(err) => err.clone(),
-                None => PublishError::Broken {
-                    exchange: String::new(),
-                    text: format!("{err:#}"),
-                },
-            })
+            .map_err(|err| err.into_publish(""))
     }
 
     /// Acks once published; otherwise leaves the message for the broker to redeliver.

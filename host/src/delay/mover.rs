@@ -15,7 +15,9 @@ use lapin::{Acker, BasicProperties, Connection};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
-use super::{DUE_HEADER, Delayer, ERROR_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER, now_ms};
+use super::{
+    DUE_HEADER, DelayLevels, Delayer, ERROR_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER, now_ms,
+};
 use crate::broker::{self, Blocked, PERSISTENT, Publisher};
 use crate::headers::{self, DEATH_SUMMARY, text_of};
 
@@ -23,19 +25,55 @@ use crate::headers::{self, DEATH_SUMMARY, text_of};
 const PREFETCH: u16 = 64;
 
 impl Delayer {
+    /// [`Mover::run`] for the life of `conn`: restarted a second after it fails while the
+    /// connection is up; returns when `cancel` fires or the connection is gone (the service
+    /// reconnects and calls it again).
+    pub async fn mover_loop(
+        &self,
+        conn: &Arc<Connection>,
+        blocked: &Blocked,
+        cancel: CancellationToken,
+    ) {
+        let mover = Mover {
+            levels: self.levels(),
+        };
+        loop {
+            match mover.run(conn, blocked, cancel.clone()).await {
+                Ok(()) => return,
+                Err(err) if !conn.status().connected() => {
+                    warn!("delay mover stopped with the connection: {err:#}");
+                    return;
+                }
+                Err(err) => error!("delay mover stopped: {err:#}; restarting in 1s"),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+}
+
+/// The mover of one delay topology: consumes its ready queue, parks what it cannot deliver in
+/// its dead queue.
+struct Mover<'a> {
+    levels: &'a DelayLevels,
+}
+
+impl Mover<'_> {
     /// Delivers due messages until `cancel` fires (Ok) or the connection fails (Err). Each is
     /// republished, persistent and confirmed, to its original exchange with its original
     /// routing key, properties and headers (minus the delay bookkeeping), then acked. One whose
     /// exchange is gone is parked in the dead queue with `x-delay-error`; one that cannot be
     /// published for another reason is left for the broker to redeliver. Nothing is published
     /// while `blocked`. Returns once every message it took is settled.
-    pub async fn run_mover(
+    async fn run(
         &self,
         conn: &Arc<Connection>,
         blocked: &Blocked,
         cancel: CancellationToken,
     ) -> anyhow::Result<()> {
-        let ready = self.ready();
+        let ready = self.levels.ready();
         let (channel, deliveries) = consume_ready(conn, &ready).await?;
         let publisher = Publisher::new(conn.clone(), blocked.clone());
         let tag = deliveries.tag();
@@ -65,15 +103,15 @@ impl Delayer {
         deliveries: lapin::Consumer,
         publisher: &Publisher,
         cancel: &CancellationToken,
-    ) -> Result<(), String> {
-        let failure = std::sync::Mutex::new(None::<String>);
+    ) -> Result<(), lapin::Error> {
+        let failure = std::sync::Mutex::new(None::<lapin::Error>);
         deliveries
             .take_until(cancel.cancelled())
             .take_while(|next| {
                 if let Err(err) = next {
                     // A poisoned lock only loses the error text.
                     if let Ok(mut failure) = failure.lock() {
-                        *failure = Some(err.to_string());
+                        *failure = Some(err.clone());
                     }
                 }
                 std::future::ready(next.is_ok())
@@ -86,31 +124,6 @@ impl Delayer {
         match failure.into_inner().ok().flatten() {
             Some(err) => Err(err),
             None => Ok(()),
-        }
-    }
-
-    /// [`Delayer::run_mover`] for the life of `conn`: restarted a second after it fails while
-    /// the connection is up; returns when `cancel` fires or the connection is gone (the
-    /// service reconnects and calls it again).
-    pub async fn mover_loop(
-        &self,
-        conn: &Arc<Connection>,
-        blocked: &Blocked,
-        cancel: CancellationToken,
-    ) {
-        loop {
-            match self.run_mover(conn, blocked, cancel.clone()).await {
-                Ok(()) => return,
-                Err(err) if !conn.status().connected() => {
-                    warn!("delay mover stopped with the connection: {err:#}");
-                    return;
-                }
-                Err(err) => error!("delay mover stopped: {err:#}; restarting in 1s"),
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
         }
     }
 
@@ -150,7 +163,7 @@ impl Delayer {
             return self.park(publisher, properties, data, &why).await;
         };
         let late_ms = late_ms(headers);
-        let props = restored(properties, &self.prefix);
+        let props = restored(properties, &self.levels.prefix);
         self.deliver(publisher, exchange, key, data, props, properties)
             .await?;
         debug!(
@@ -191,7 +204,7 @@ impl Delayer {
             exchange,
             routing_key = key,
             "delayed message for a missing exchange; parked in {}",
-            self.dead()
+            self.levels.dead()
         );
         let why = format!("exchange {exchange:?} does not exist");
         self.park(publisher, received, body, &why).await
@@ -211,7 +224,7 @@ impl Delayer {
             .clone()
             .with_headers(headers)
             .with_delivery_mode(PERSISTENT);
-        let dead = self.dead();
+        let dead = self.levels.dead();
         let channel = publisher.confirm_channel().await?;
         broker::publish_confirmed(&channel, "", &dead, body, props, true)
             .await

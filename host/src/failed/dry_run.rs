@@ -18,7 +18,7 @@ use crate::headers;
 use crate::plugin::{
     Answer, Input, Instances, Invocation, Limits, Meta, Plugin, PublishPolicy,
 };
-use crate::topology::delay_levels::Delayer;
+use crate::topology::delay_levels::DelayLevels;
 
 /// What a dry run runs: a plugin (the subscription's own, or another file) under the
 /// subscription's grants.
@@ -66,7 +66,7 @@ pub(crate) async fn try_one(
     let mut meta = Meta::of(&sub.queue, &sub.exchange, &key, false, props);
     meta.attempt = 1;
     let capture = Arc::new(Capture::default());
-    let max_delay = Delayer::from_config(config)
+    let max_delay = DelayLevels::from_config(config)
         .ok()
         .flatten()
         .map(|d| d.max_delay());
