@@ -12,10 +12,13 @@ use crate::headers;
 use crate::plugin::Input;
 
 /// Why a message's plugin publishes did not go out.
+#[derive(Debug, thiserror::Error)]
 pub(super) enum Blame {
     /// The broker refused this message's own publish: the message is retried with this cause.
+    #[error("{0}")]
     Message(String),
     /// The broker could not take them now: the message is requeued.
+    #[error(transparent)]
     Broker(PublishError),
 }
 
@@ -122,17 +125,13 @@ pub(super) fn input_correlation(input: &Input) -> Option<String> {
 }
 
 impl Subscriber {
-    /// Publishes `list` (the outbox sweeper's way in), confirmed; the error as text.
+    /// Publishes `list` (the outbox sweeper's way in), confirmed.
     pub(super) async fn send_outbound(
         &self,
         link: &Link,
         correlation: Option<&str>,
         list: &[Outbound],
-    ) -> Result<(), String> {
-        match self.send_publishes(link, correlation, list).await {
-            Ok(()) => Ok(()),
-            Err(Blame::Message(why)) => Err(why),
-            Err(Blame::Broker(err)) => Err(err.to_string()),
-        }
+    ) -> Result<(), Blame> {
+        self.send_publishes(link, correlation, list).await
     }
 }

@@ -94,7 +94,9 @@ impl Database {
     }
 
     async fn commit_now(&self, conn: Conn) -> Result<(), String> {
-        commit(self, conn, Instant::now() + OPERATION_TIMEOUT).await
+        commit(self, conn, Instant::now() + OPERATION_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     fn describe(&self, f: &Failure) -> String {
@@ -375,7 +377,7 @@ impl Instance {
         record: Option<&Record>,
     ) -> Result<(), RecordError> {
         let (true, Some(record), Some(db)) = (ok, record, self.database.clone()) else {
-            return self.finish(ok).await.map_err(RecordError::Failed);
+            return self.finish(ok).await.map_err(|e| RecordError::Failed(e.to_string()));
         };
         let deadline = self.deadline.take().unwrap_or_else(Instant::now);
         // The handler may have used its time: recording gets what a commit gets.
@@ -416,6 +418,8 @@ impl Instance {
             rollback(conn).await;
             return Err(e);
         }
-        commit(&db, conn, deadline).await.map_err(failed)
+        commit(&db, conn, deadline)
+            .await
+            .map_err(|e| failed(e.to_string()))
     }
 }
