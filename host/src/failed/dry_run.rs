@@ -15,9 +15,7 @@ use crate::capability::Granted;
 use crate::capability::capture::{Capture, bytes_json};
 use crate::config::{Config, Subscription};
 use crate::headers;
-use crate::plugin::{
-    Answer, Input, Instances, Invocation, Limits, Meta, Plugin, PublishPolicy,
-};
+use crate::plugin::{Answer, Input, Instances, Invocation, Limits, Meta, Plugin, PublishPolicy};
 use crate::topology::delay_levels::DelayLevels;
 
 /// What a dry run runs: a plugin (the subscription's own, or another file) under the

@@ -10,6 +10,7 @@ mod error;
 mod file;
 mod module;
 mod pending;
+mod settings;
 mod state;
 mod version;
 mod wasi;
@@ -21,9 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cache::{COMPILE_COMMAND, compile_for_parent};
-pub use engine::{CompilePriority, Runtime, RuntimeConfig};
+pub use engine::Runtime;
 pub use error::{HandlerError, LoadError, TrapKind};
 pub(crate) use pending::Pending;
+pub use settings::{CompilePriority, RuntimeConfig};
 pub use version::{Loaded, Plugin};
 
 /// Per-call limits, from the subscription.

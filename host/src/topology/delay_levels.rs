@@ -225,5 +225,7 @@ impl fmt::Display for DelayLevels {
 /// are clamped here; `DelayLevels::from_config` reports them.
 pub fn plan(delay: &DelayConfig) -> Plan {
     let levels = delay.levels.clamp(1, MAX_LEVELS);
-    DelayLevels::new(levels).map(|d| d.plan()).unwrap_or_default()
+    DelayLevels::new(levels)
+        .map(|d| d.plan())
+        .unwrap_or_default()
 }

@@ -126,7 +126,9 @@ fn raw(kind: SqlKind, statement: &str) -> Result<(), Refused> {
         }
     }
     if kind == SqlKind::Postgres && lower.contains("u&\"") {
-        return Err(Refused("Unicode-escaped identifiers (U&\"...\") are not allowed".into()));
+        return Err(Refused(
+            "Unicode-escaped identifiers (U&\"...\") are not allowed".into(),
+        ));
     }
     Ok(())
 }
@@ -187,7 +189,9 @@ fn hidden_comments(kind: SqlKind, tokens: &[Token]) -> Result<(), Refused> {
             if c.trim_start().to_ascii_uppercase().starts_with("M!"))
     });
     if hidden {
-        return Err(Refused("executable comments (/*M! ... */) are not allowed".into()));
+        return Err(Refused(
+            "executable comments (/*M! ... */) are not allowed".into(),
+        ));
     }
     Ok(())
 }
@@ -345,7 +349,9 @@ fn explain(kind: SqlKind, words: &[&Token]) -> Result<Pass, Refused> {
         Some(w) if DML.contains(&w.as_str()) || w == "REPLACE" || w == "MERGE" || w == "TABLE" => {
             dml(kind, rest)
         }
-        _ => Err(Refused("EXPLAIN is allowed only of a query or data change".into())),
+        _ => Err(Refused(
+            "EXPLAIN is allowed only of a query or data change".into(),
+        )),
     }
 }
 
@@ -386,11 +392,13 @@ fn ddl(kind: SqlKind, words: &[&Token]) -> Result<Pass, Refused> {
     };
     if !allowed {
         let what = object.unwrap_or_default();
-        return Err(Refused(format!(
-            "{verb} {what} is not allowed: a plugin may create, alter and drop its own \
+        return Err(Refused(
+            format!(
+                "{verb} {what} is not allowed: a plugin may create, alter and drop its own \
              tables, indexes, views and sequences, nothing else"
-        )
-        .replace("  ", " ")));
+            )
+            .replace("  ", " "),
+        ));
     }
     Ok(match kind {
         SqlKind::MySql => Pass::ImplicitCommit,

@@ -300,15 +300,15 @@ fn judge(action: c_int, a: Option<&str>, b: Option<&str>) -> Result<(), Refused>
              rolled back otherwise); transaction control is not allowed"
                 .into(),
         )),
-        SQLITE_ATTACH | SQLITE_DETACH => {
-            Err(Refused("ATTACH and DETACH reach past the granted database and are not allowed".into()))
-        }
+        SQLITE_ATTACH | SQLITE_DETACH => Err(Refused(
+            "ATTACH and DETACH reach past the granted database and are not allowed".into(),
+        )),
         SQLITE_CREATE_TEMP_INDEX
         | SQLITE_CREATE_TEMP_TABLE
         | SQLITE_CREATE_TEMP_TRIGGER
-        | SQLITE_CREATE_TEMP_VIEW => {
-            Err(Refused("temporary objects are session state that outlives the message; not allowed".into()))
-        }
+        | SQLITE_CREATE_TEMP_VIEW => Err(Refused(
+            "temporary objects are session state that outlives the message; not allowed".into(),
+        )),
         SQLITE_CREATE_TRIGGER => Err(Refused("a plugin cannot create triggers".into())),
         SQLITE_CREATE_VTABLE | SQLITE_DROP_VTABLE => match b {
             Some(m) if MODULES.contains(&m.to_ascii_lowercase().as_str()) => Ok(()),

@@ -377,7 +377,10 @@ impl Instance {
         record: Option<&Record>,
     ) -> Result<(), RecordError> {
         let (true, Some(record), Some(db)) = (ok, record, self.database.clone()) else {
-            return self.finish(ok).await.map_err(|e| RecordError::Failed(e.to_string()));
+            return self
+                .finish(ok)
+                .await
+                .map_err(|e| RecordError::Failed(e.to_string()));
         };
         let deadline = self.deadline.take().unwrap_or_else(Instant::now);
         // The handler may have used its time: recording gets what a commit gets.
