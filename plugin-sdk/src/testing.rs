@@ -33,6 +33,7 @@ use crate::bindings::worker::plugin::types::{Delivery, Header};
 use crate::http::{HttpError, Request, Response};
 use crate::kv::KvError;
 use crate::sql::{Rows, SqlError, Value};
+pub use crate::sys::native::{SqlCall, SqlKind};
 use crate::sys::native::{self, Context};
 use crate::{IntoOutcome, Level, Message, Outcome, Outgoing, rt, wit};
 
@@ -431,26 +432,6 @@ impl From<Outgoing> for Published {
             headers: out.headers,
         }
     }
-}
-
-/// One SQL call a handler made.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SqlCall {
-    /// `query` or `execute`.
-    pub kind: SqlKind,
-    /// The statement text.
-    pub statement: String,
-    /// Its parameters.
-    pub params: Vec<Value>,
-}
-
-/// Which SQL call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SqlKind {
-    /// [`sql::query`](crate::sql::query): rows back.
-    Query,
-    /// [`sql::execute`](crate::sql::execute): a row count back.
-    Execute,
 }
 
 impl Published {
