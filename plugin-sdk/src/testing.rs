@@ -33,8 +33,8 @@ use crate::bindings::worker::plugin::types::{Delivery, Header};
 use crate::http::{HttpError, Request, Response};
 use crate::kv::KvError;
 use crate::sql::{Rows, SqlError, Value};
-pub use crate::sys::native::{SqlCall, SqlKind};
 use crate::sys::native::{self, Context};
+pub use crate::sys::native::{SqlCall, SqlKind};
 use crate::{IntoOutcome, Level, Message, Outcome, Outgoing, rt, wit};
 
 /// A message to call a handler with, built up like the host would deliver it.

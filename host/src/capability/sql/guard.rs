@@ -17,7 +17,6 @@
 use sqlparser::dialect::{Dialect, MySqlDialect, PostgreSqlDialect, SQLiteDialect};
 use sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
 
-use super::outbox::HOST_TABLES;
 use crate::config::SqlKind;
 
 /// A statement the guard let through, and what the host must do around it.
@@ -79,6 +78,11 @@ const FUNCTIONS: &[&str] = &[
     "writefile",
     "fts3_tokenizer",
 ];
+
+/// The beginnings of the names of the host's tables and indexes in a subscription's database
+/// (lower case: the outbox's), which a plugin's statements cannot name or touch (here and in
+/// `sqlite.rs`).
+pub(super) const HOST_TABLES: &[&str] = &["worker_inbox", "worker_outbox"];
 
 /// Why a plugin's statement may not run: the text of its `invalid` error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -28,8 +28,7 @@ use sqlx::pool::PoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
 use tokio::time::timeout;
 
-use super::guard::Refused;
-use super::outbox::HOST_TABLES;
+use super::guard::{HOST_TABLES, Refused};
 use crate::config::SqlDatabaseConfig;
 
 /// How long SQLite waits for another connection's write lock.

@@ -20,10 +20,6 @@ mod schema;
 
 pub(in crate::capability::sql) use schema::Schema;
 
-/// The beginnings of the names of the host's tables and indexes in a subscription's database
-/// (lower case), which a plugin's statements cannot name or touch (`guard.rs`, `sqlite.rs`).
-pub(in crate::capability::sql) const HOST_TABLES: &[&str] = &["worker_inbox", "worker_outbox"];
-
 /// How long one outbox operation outside a message may take.
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
