@@ -102,11 +102,6 @@ impl Delayer {
         Delayer::from(self.levels.with_prefix(prefix))
     }
 
-    /// The levels, their names and routing keys.
-    pub fn levels(&self) -> &DelayLevels {
-        &self.levels
-    }
-
     /// The longest delay the levels can express.
     pub fn max_delay(&self) -> Duration {
         self.levels.max_delay()
@@ -164,6 +159,15 @@ impl Delayer {
         )
         .await
         .map_err(|source| DelayPublishError::Topology { entry, source })
+    }
+}
+
+/// A delayer is its levels (names, routing keys, plan) plus how to use them.
+impl std::ops::Deref for Delayer {
+    type Target = DelayLevels;
+
+    fn deref(&self) -> &DelayLevels {
+        &self.levels
     }
 }
 

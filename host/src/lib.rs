@@ -15,7 +15,7 @@ pub mod delay;
 pub mod descriptors;
 pub mod failed;
 pub mod failpoint;
-mod headers;
+pub mod headers;
 #[cfg(test)]
 mod layers;
 mod metrics;

@@ -32,7 +32,7 @@ use worker_abi::{Answer, meta};
 use crate::bindings::worker::plugin::types::{Delivery, Header};
 use crate::http::{HttpError, Request, Response};
 use crate::kv::KvError;
-use crate::sql::{Rows, SqlError, Value};
+use crate::sql::{Rows, SqlError};
 use crate::sys::native::{self, Context};
 pub use crate::sys::native::{SqlCall, SqlKind};
 use crate::{IntoOutcome, Level, Message, Outcome, Outgoing, rt, wit};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lapin::BasicProperties;
 use lapin::types::FieldTable;
-use worker_host::outcome;
+use worker_host::headers;
 
 use crate::common::{self, Service, headers_of, wait_get};
 
@@ -146,8 +146,8 @@ async fn c_plugin_without_the_sdk_republishes() {
     );
     let (svc, _conn, ch) = start(&toml, "c_echo.wasm", &q).await;
     let mut h = FieldTable::default();
-    h.insert("echo-to".into(), outcome::text("echoed"));
-    h.insert("echo-exchange".into(), outcome::text(&format!("{p}.out")));
+    h.insert("echo-to".into(), headers::text("echoed"));
+    h.insert("echo-exchange".into(), headers::text(&format!("{p}.out")));
     common::publish(
         &ch,
         &format!("{p}.master"),

@@ -229,7 +229,7 @@ fn delay_plan(
         return Ok(None);
     };
     let delayer = Delayer::required(config)?;
-    let steps = delayer.levels().steps(delay)?;
+    let steps = delayer.steps(delay)?;
     Ok((steps > 0).then_some((delayer, delay)))
 }
 

@@ -25,7 +25,7 @@ use crate::headers::{self, DEATH_SUMMARY, text_of};
 const PREFETCH: u16 = 64;
 
 impl Delayer {
-    /// [`Mover::run`] for the life of `conn`: restarted a second after it fails while the
+    /// [`Delayer::run_mover`] for the life of `conn`: restarted a second after it fails while the
     /// connection is up; returns when `cancel` fires or the connection is gone (the service
     /// reconnects and calls it again).
     pub async fn mover_loop(
@@ -34,11 +34,8 @@ impl Delayer {
         blocked: &Blocked,
         cancel: CancellationToken,
     ) {
-        let mover = Mover {
-            levels: self.levels(),
-        };
         loop {
-            match mover.run(conn, blocked, cancel.clone()).await {
+            match self.run_mover(conn, blocked, cancel.clone()).await {
                 Ok(()) => return,
                 Err(err) if !conn.status().connected() => {
                     warn!("delay mover stopped with the connection: {err:#}");
@@ -51,6 +48,17 @@ impl Delayer {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
+    }
+
+    /// Delivers due messages until `cancel` fires (Ok) or the connection fails (Err): see
+    /// [`Mover::run`].
+    pub async fn run_mover(
+        &self,
+        conn: &Arc<Connection>,
+        blocked: &Blocked,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()> {
+        Mover { levels: self }.run(conn, blocked, cancel).await
     }
 }
 

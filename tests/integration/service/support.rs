@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use worker_host::outcome;
+use worker_host::headers;
 
 pub const SCRIPT: &str = include_str!("../fixtures/script.wat");
 pub const BIN: &str = env!("CARGO_BIN_EXE_worker-host");
@@ -132,7 +132,7 @@ pub async fn publish_to(
         .expect("confirms");
     let messages = messages.into_iter().map(|(key, body, to)| {
         let mut h = FieldTable::default();
-        h.insert("pub-exchange".into(), outcome::text(&to));
+        h.insert("pub-exchange".into(), headers::text(&to));
         (key, body, BasicProperties::default().with_headers(h))
     });
     common::publish_pipelined(&ch, exchange, messages).await;
