@@ -6,6 +6,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("config", 0),
     ("descriptors", 0),
     ("failpoint", 0),
+    ("headers", 0),
     ("runtime", 0),
     ("scaffold", 0),
     ("stdout", 0),
@@ -32,11 +33,13 @@ const LAYERS: &[(&str, u8)] = &[
 /// The largest a source file may grow before it is split.
 const MAX_LINES: usize = 500;
 
+mod paths;
+
 mod tests {
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
     use std::path::{Path, PathBuf};
 
-    use super::{LAYERS, MAX_LINES};
+    use super::{LAYERS, MAX_LINES, paths};
 
     fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("read host/src") {
@@ -57,23 +60,14 @@ mod tests {
         LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
     }
 
-    /// The top-level modules a file's code (not its comments) names as `crate::<module>`.
+    /// The top-level modules a file's code (not its comments or strings) names as
+    /// `crate::<module>`, `use crate::{<module>, ...}` groups included.
     fn uses(text: &str) -> BTreeSet<String> {
-        let mut found = BTreeSet::new();
-        for line in text.lines() {
-            let code = line.split("//").next().unwrap_or("");
-            for (i, _) in code.match_indices("crate::") {
-                let rest = &code[i + "crate::".len()..];
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if !name.is_empty() {
-                    found.insert(name);
-                }
-            }
-        }
-        found
+        paths::paths(&paths::code_only(text), &[])
+            .into_iter()
+            .filter(|(start, _)| *start == paths::Start::Crate)
+            .filter_map(|(_, path)| path.into_iter().next())
+            .collect()
     }
 
     #[test]
@@ -131,5 +125,77 @@ mod tests {
             })
             .collect();
         assert!(long.is_empty(), "split these files:\n{}", long.join("\n"));
+    }
+
+    /// Every file of the library under `root` by its module, with its name and text
+    /// (`main.rs` is another crate).
+    fn library(root: &Path) -> BTreeMap<paths::ModPath, (String, String)> {
+        let mut files = Vec::new();
+        sources(root, &mut files);
+        files
+            .iter()
+            .filter_map(|file| {
+                let rel = file.strip_prefix(root).expect("under the root");
+                (rel != Path::new("main.rs")).then(|| {
+                    let text = std::fs::read_to_string(file).expect("read source");
+                    (paths::module_of(rel), (rel.display().to_string(), text))
+                })
+            })
+            .collect()
+    }
+
+    /// The host's files, and the Rust SDK's, use each other one way only.
+    #[test]
+    fn no_circle_of_files() {
+        let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-sdk/src");
+        for root in [src(), sdk] {
+            let graph = paths::file_graph(&library(&root));
+            if let Some(circle) = paths::circle(&graph) {
+                panic!(
+                    "these files of {} use each other in a circle: {}; move what they share \
+                     into a file both use, or pass the dependency in",
+                    root.display(),
+                    circle.join(" -> ")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn paths_are_read_with_groups_and_super() {
+        let text = r#"
+            use crate::{config, plugin::{Meta, Input}};
+            use super::super::delay::Delayer; // crate::commented
+            fn f() { let s = "crate::in_a_string"; let c = '"'; crate::headers::text(s); }
+            mod tests { use super::*; }
+        "#;
+        let own: Vec<String> = vec!["a".into(), "b".into()];
+        let found: Vec<String> = paths::paths(&paths::code_only(text), &own)
+            .into_iter()
+            .map(|(_, p)| p.join("::"))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "config",
+                "plugin::Meta",
+                "plugin::Input",
+                "delay::Delayer",
+                "headers::text",
+                "a::b",
+            ]
+        );
+        assert_eq!(
+            uses(text),
+            BTreeSet::from(["config".into(), "plugin".into(), "headers".into()])
+        );
+        let graph = BTreeMap::from([
+            ("x.rs".to_string(), BTreeSet::from(["y.rs".to_string()])),
+            ("y.rs".to_string(), BTreeSet::from(["x.rs".to_string()])),
+        ]);
+        assert_eq!(
+            paths::circle(&graph),
+            Some(vec!["x.rs".into(), "y.rs".into(), "x.rs".into()])
+        );
     }
 }

@@ -15,6 +15,7 @@ pub mod delay;
 pub mod descriptors;
 pub mod failed;
 pub mod failpoint;
+pub mod headers;
 #[cfg(test)]
 mod layers;
 mod metrics;

@@ -8,7 +8,7 @@ use lapin::BasicProperties;
 use lapin::protocol::UNDECODABLE_PROPERTIES_HEADER;
 use lapin::types::FieldTable;
 
-use crate::outcome;
+use crate::headers;
 
 /// What `worker-error` says on a parked undecodable delivery, before the problem.
 pub(crate) const ERROR_PREFIX: &str = "undecodable delivery: ";
@@ -20,7 +20,7 @@ pub(crate) fn undecodable(properties: &BasicProperties) -> Option<String> {
         .as_ref()?
         .inner()
         .get(UNDECODABLE_PROPERTIES_HEADER)?;
-    Some(outcome::render(value))
+    Some(headers::render(value))
 }
 
 /// The `worker-error` recorded for `problem`.

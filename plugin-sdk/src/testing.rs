@@ -32,8 +32,9 @@ use worker_abi::{Answer, meta};
 use crate::bindings::worker::plugin::types::{Delivery, Header};
 use crate::http::{HttpError, Request, Response};
 use crate::kv::KvError;
-use crate::sql::{Rows, SqlError, Value};
+use crate::sql::{Rows, SqlError};
 use crate::sys::native::{self, Context};
+pub use crate::sys::native::{SqlCall, SqlKind};
 use crate::{IntoOutcome, Level, Message, Outcome, Outgoing, rt, wit};
 
 /// A message to call a handler with, built up like the host would deliver it.
@@ -431,26 +432,6 @@ impl From<Outgoing> for Published {
             headers: out.headers,
         }
     }
-}
-
-/// One SQL call a handler made.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SqlCall {
-    /// `query` or `execute`.
-    pub kind: SqlKind,
-    /// The statement text.
-    pub statement: String,
-    /// Its parameters.
-    pub params: Vec<Value>,
-}
-
-/// Which SQL call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SqlKind {
-    /// [`sql::query`](crate::sql::query): rows back.
-    Query,
-    /// [`sql::execute`](crate::sql::execute): a row count back.
-    Execute,
 }
 
 impl Published {

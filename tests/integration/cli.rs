@@ -253,7 +253,7 @@ async fn publish_with_delay_header_and_file_arrives_after_the_delay() {
     assert!(waited >= Duration::from_secs(1), "not early: {waited:?}");
     assert_eq!(got.delivery.routing_key.as_str(), "order.timeout");
     assert_eq!(got.delivery.data, br#"{"hello": "later"}"#);
-    let headers = worker_host::outcome::render_headers(got.delivery.properties.headers().as_ref());
+    let headers = worker_host::headers::render_headers(got.delivery.properties.headers().as_ref());
     assert!(
         headers.contains(&("tenant".to_string(), "acme".to_string())),
         "{headers:?}"

@@ -179,7 +179,7 @@ async fn outcomes_limits_and_instances(lang: &str) {
 
     // ok with a publish: the echo shows the delivery, the config and a fresh instance.
     let mut headers = FieldTable::default();
-    headers.insert("x-tenant".into(), worker_host::outcome::text("acme"));
+    headers.insert("x-tenant".into(), worker_host::headers::text("acme"));
     let request = body(
         json!({"log": format!("hello from {lang}"), "print": "to stdout",
         "echo": {"exchange": n.out(), "routing_key": "echoed"}}),

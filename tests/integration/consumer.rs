@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use lapin::BasicProperties;
 use lapin::types::FieldTable;
-use worker_host::outcome;
+use worker_host::headers;
 
 use crate::harness::{self, Host, Names, headers_of, wait_get};
 
@@ -37,7 +37,7 @@ fn script() -> Vec<u8> {
 
 fn props_publishing_to(exchange: &str) -> BasicProperties {
     let mut h = FieldTable::default();
-    h.insert("pub-exchange".into(), outcome::text(exchange));
+    h.insert("pub-exchange".into(), headers::text(exchange));
     BasicProperties::default()
         .with_headers(h)
         .with_message_id("m-1".into())
@@ -301,9 +301,9 @@ async fn x_death_of_a_seed_retry_queue_counts_as_calls_made() {
     let n = Names::new("xdeath");
     let (svc, _conn, ch) = start(&n, "max_retries = 2\nretry_delays = [\"200ms\"]").await;
     let mut death = FieldTable::default();
-    death.insert("queue".into(), outcome::text(&format!("{}@retry", n.q())));
+    death.insert("queue".into(), headers::text(&format!("{}@retry", n.q())));
     death.insert("count".into(), lapin::types::AMQPValue::LongLongInt(2));
-    death.insert("reason".into(), outcome::text("expired"));
+    death.insert("reason".into(), headers::text("expired"));
     let mut h = FieldTable::default();
     h.insert(
         "x-death".into(),

@@ -12,7 +12,7 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
 use tokio_util::sync::CancellationToken;
-use worker_host::delay::{DelayError, Delayer};
+use worker_host::delay::{DelayError, DelayPublishError, Delayer};
 use worker_host::topology::Destination;
 
 use crate::harness;
@@ -112,7 +112,7 @@ async fn target(ch: &Channel, pattern: &str) -> (String, String) {
 
 fn props(message_id: &str) -> BasicProperties {
     let mut headers = FieldTable::default();
-    headers.insert("mine".into(), worker_host::outcome::text("kept"));
+    headers.insert("mine".into(), worker_host::headers::text("kept"));
     BasicProperties::default()
         .with_message_id(message_id.into())
         .with_content_type("text/plain".into())
@@ -334,7 +334,7 @@ async fn a_message_for_a_missing_exchange_is_parked_and_the_mover_goes_on() {
     .await;
     assert_eq!(parked.delivery.data, b"lost?");
     let rendered: std::collections::BTreeMap<_, _> =
-        worker_host::outcome::render_headers(parked.delivery.properties.headers().as_ref())
+        worker_host::headers::render_headers(parked.delivery.properties.headers().as_ref())
             .into_iter()
             .collect();
     assert!(rendered["x-delay-error"].contains(&missing), "{rendered:?}");
@@ -372,7 +372,10 @@ async fn delays_beyond_the_maximum_are_refused() {
         )
         .await
         .expect_err("5 s is beyond 2 levels");
-    let err = err.downcast::<DelayError>().expect("a DelayError");
+    let err: DelayError = match err {
+        DelayPublishError::Delay(err) => err,
+        other => panic!("a DelayError, not {other}"),
+    };
     assert_eq!(
         err.to_string(),
         "a delay of 5s is beyond the maximum of 3s 875ms that [delay] levels = 2 allows"

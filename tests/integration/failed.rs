@@ -11,7 +11,7 @@ use std::time::Duration;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, ByteArray, FieldArray, FieldTable};
 use worker_host::failed::{self, FailedError, Selection};
-use worker_host::outcome;
+use worker_host::headers;
 
 use crate::harness;
 use support::*;
@@ -21,7 +21,7 @@ fn rich_props() -> BasicProperties {
     let mut table = FieldTable::default();
     table.insert("k".into(), AMQPValue::LongInt(1));
     let mut h = FieldTable::default();
-    h.insert("tenant".into(), outcome::text("acme"));
+    h.insert("tenant".into(), headers::text("acme"));
     h.insert("flag".into(), AMQPValue::Boolean(true));
     h.insert("n".into(), AMQPValue::LongLongInt(-7));
     h.insert(
@@ -32,7 +32,7 @@ fn rich_props() -> BasicProperties {
     h.insert(
         "list".into(),
         AMQPValue::FieldArray(FieldArray::from(vec![
-            outcome::text("a"),
+            headers::text("a"),
             AMQPValue::LongInt(2),
         ])),
     );
@@ -79,13 +79,13 @@ async fn list_prints_every_header_the_properties_and_a_stable_id() {
     assert_eq!(first["properties"]["delivery_mode"], 2);
     let h = &first["headers"];
     assert_eq!(h["mine"], "v0");
-    assert_eq!(h[outcome::ORIG_ROUTING_KEY], "evt.created");
-    assert_eq!(h[outcome::ATTEMPTS], 1);
-    assert_eq!(h[outcome::FAILED_REASON], "fail");
-    assert_eq!(h[outcome::ERROR], "handler answered fail");
-    assert_eq!(h[outcome::PLUGIN], "failing.wasm");
-    assert!(h[outcome::PLUGIN_SHA256].is_string(), "{h}");
-    assert!(h[outcome::FAILED_AT].is_string(), "{h}");
+    assert_eq!(h[headers::ORIG_ROUTING_KEY], "evt.created");
+    assert_eq!(h[headers::ATTEMPTS], 1);
+    assert_eq!(h[headers::FAILED_REASON], "fail");
+    assert_eq!(h[headers::ERROR], "handler answered fail");
+    assert_eq!(h[headers::PLUGIN], "failing.wasm");
+    assert!(h[headers::PLUGIN_SHA256].is_string(), "{h}");
+    assert!(h[headers::FAILED_AT].is_string(), "{h}");
 
     let rich = &lines[1];
     let id = rich["id"].as_str().expect("id");
@@ -164,15 +164,15 @@ async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
         assert_eq!(msg.delivery.routing_key.as_str(), s.q());
         assert_eq!(*props.delivery_mode(), Some(2));
         let h = harness::headers_of(&msg);
-        assert_eq!(h[outcome::ATTEMPTS], "0");
-        assert_eq!(h[outcome::ORIG_ROUTING_KEY], "evt.created");
+        assert_eq!(h[headers::ATTEMPTS], "0");
+        assert_eq!(h[headers::ORIG_ROUTING_KEY], "evt.created");
         assert_eq!(h["mine"], format!("v{i}"));
-        assert_eq!(h[outcome::FAILED_REASON], "fail");
+        assert_eq!(h[headers::FAILED_REASON], "fail");
         assert!(matches!(
             props
                 .headers()
                 .as_ref()
-                .and_then(|h| h.inner().get(outcome::ATTEMPTS)),
+                .and_then(|h| h.inner().get(headers::ATTEMPTS)),
             Some(AMQPValue::LongLongInt(0))
         ));
     }
@@ -204,8 +204,8 @@ async fn replay_ends_while_the_plugin_still_fails() {
     wait_depth(&ch, &s.failed(), N as u32).await;
     let again = harness::get(&ch, &s.failed()).await.expect("parked again");
     let h = harness::headers_of(&again);
-    assert_eq!(h[outcome::ATTEMPTS], "1");
-    assert_eq!(h[outcome::ORIG_ROUTING_KEY], "evt.created");
+    assert_eq!(h[headers::ATTEMPTS], "1");
+    assert_eq!(h[headers::ORIG_ROUTING_KEY], "evt.created");
     assert_eq!(harness::depth(&ch, &s.other()).await, N as u32);
 
     service.stop().await;

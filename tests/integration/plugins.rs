@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lapin::BasicProperties;
 use lapin::types::FieldTable;
-use worker_host::outcome;
+use worker_host::headers;
 
 use crate::harness::{self, Host, Names, headers_of, wait_get};
 
@@ -134,8 +134,8 @@ async fn c_plugin_without_the_sdk_republishes() {
     );
     let (svc, _conn, ch) = start(&toml, "c_echo.wasm", &q).await;
     let mut h = FieldTable::default();
-    h.insert("echo-to".into(), outcome::text("echoed"));
-    h.insert("echo-exchange".into(), outcome::text(&format!("{p}.out")));
+    h.insert("echo-to".into(), headers::text("echoed"));
+    h.insert("echo-exchange".into(), headers::text(&format!("{p}.out")));
     harness::publish(
         &ch,
         &format!("{p}.master"),

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use lapin::types::{AMQPValue, FieldArray, FieldTable};
-use worker_host::outcome;
+use worker_host::headers;
 
 use crate::faults::support::{Faults, script};
 use crate::forwarder::Forwarder;
@@ -193,18 +193,18 @@ async fn a_malformed_x_death_cannot_wedge_the_retry_queue() {
     let mut h = FieldTable::default();
     h.insert(
         "x-death".into(),
-        AMQPValue::FieldArray(FieldArray::from(vec![outcome::text("not a table")])),
+        AMQPValue::FieldArray(FieldArray::from(vec![headers::text("not a table")])),
     );
-    h.insert("x-first-death-queue".into(), outcome::text("elsewhere"));
-    h.insert("x-last-death-reason".into(), outcome::text("expired"));
-    h.insert("mine".into(), outcome::text("kept"));
+    h.insert("x-first-death-queue".into(), headers::text("elsewhere"));
+    h.insert("x-last-death-reason".into(), headers::text("expired"));
+    h.insert("mine".into(), headers::text("kept"));
     let queues = (n.master(), n.q(), n.failed());
     let route = (queues.0.as_str(), queues.1.as_str(), queues.2.as_str());
     let h = harness::retried_until_parked(&ch, route, h, Duration::from_secs(30)).await;
     assert_eq!(h["worker-failed-reason"], "retries-exhausted");
     assert_eq!(h["worker-attempts"], "4");
     assert_eq!(h["mine"], "kept");
-    let broker_owned: Vec<_> = h.keys().filter(|k| outcome::broker_owned(k)).collect();
+    let broker_owned: Vec<_> = h.keys().filter(|k| headers::broker_owned(k)).collect();
     assert!(broker_owned.is_empty(), "republished {broker_owned:?}");
     svc.stop().await;
     assert_eq!(

@@ -240,7 +240,7 @@ async fn bad_files_keep_the_running_version_and_editor_saves_work() {
     })
     .await;
     let headers: BTreeMap<String, String> =
-        worker_host::outcome::render_headers(parked.delivery.properties.headers().as_ref())
+        worker_host::headers::render_headers(parked.delivery.properties.headers().as_ref())
             .into_iter()
             .collect();
     assert_eq!(headers["worker-plugin"], "hot.wasm");

@@ -25,6 +25,8 @@ use crate::metrics::Metrics;
 pub(crate) trait Capability: Default + Send + 'static {
     /// What a grant hands the message: a store, a database pool, an HTTP policy.
     type Grant: Send + Sync + 'static;
+    /// Why [`Capability::finish`] could not commit.
+    type Error: std::error::Error + Send;
 
     /// Adds the capability's imports to `linker`; the store data reaches this state through
     /// [`Host::capabilities`].
@@ -35,7 +37,7 @@ pub(crate) trait Capability: Default + Send + 'static {
 
     /// Ends the message: on `ok` its effects are committed (an error means they were not),
     /// otherwise undone. Leaves the state as `Default` until the next `begin`.
-    fn finish(&mut self, ok: bool) -> impl Future<Output = Result<(), String>> + Send;
+    fn finish(&mut self, ok: bool) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
 /// The store data of a component instance, as the capabilities see it.
@@ -81,9 +83,10 @@ impl Instances {
             .finish_recorded(ok, record)
             .await
             .map_err(|e| e.to_string());
-        let kv = self.kv.finish(ok).await;
-        let http = self.http.finish(ok).await;
-        sql.and(kv).and(http)
+        // Their effects take place when made: nothing to commit, no error.
+        let Ok(()) = self.kv.finish(ok).await;
+        let Ok(()) = self.http.finish(ok).await;
+        sql
     }
 }
 
@@ -255,7 +258,7 @@ impl Capabilities {
             recorder.health(store.ping().await.err().as_deref());
         }
         for (db, recorder) in self.sql.values() {
-            recorder.health(db.ping().await.err().as_deref());
+            recorder.health(db.ping().await.err().map(|e| e.why).as_deref());
         }
     }
 }

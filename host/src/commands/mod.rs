@@ -15,7 +15,7 @@ use crate::broker::publish_confirmed;
 use crate::cli::{Command, PublishArgs};
 use crate::config::Config;
 use crate::delay::Delayer;
-use crate::outcome;
+use crate::headers;
 use crate::plugin::CompilePriority;
 use crate::service;
 use crate::stdout::say;
@@ -201,7 +201,7 @@ fn message_body(args: &PublishArgs) -> anyhow::Result<Vec<u8>> {
 fn properties(args: &PublishArgs, message_id: &str) -> BasicProperties {
     let mut headers = FieldTable::default();
     for (name, value) in &args.headers {
-        headers.insert(name.as_str().into(), outcome::text(value));
+        headers.insert(name.as_str().into(), headers::text(value));
     }
     let mut props = BasicProperties::default()
         .with_delivery_mode(broker::PERSISTENT)
@@ -257,6 +257,7 @@ async fn send(
                     delay,
                 )
                 .await
+                .map_err(anyhow::Error::from)
         }
         // Mandatory: a message no queue would receive is an error, not a silent drop.
         None => publish_confirmed(

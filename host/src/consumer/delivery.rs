@@ -11,8 +11,7 @@ use tokio::sync::watch;
 
 use super::Subscriber;
 use crate::broker;
-use crate::outcome;
-use crate::plugin::Input;
+use crate::plugin::{Input, Meta};
 
 /// What the consumer keeps of a delivery besides the plugin's input.
 pub(super) struct Received {
@@ -40,7 +39,7 @@ impl Subscriber {
             // Unused: acks go through `acks`, on the consumer channel.
             ..
         } = delivery;
-        let meta = outcome::meta_of(
+        let meta = Meta::of(
             &self.sub.queue,
             exchange.as_str(),
             routing_key.as_str(),

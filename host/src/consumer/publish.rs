@@ -21,14 +21,18 @@ use super::{Link, Subscriber};
 use crate::broker::{self, PERSISTENT, PublishError};
 use crate::delay::Delayer;
 use crate::outbox::{Failpoint, Outbound};
-use crate::outcome::{self, Decision, FailedReason, Stamp};
+use crate::headers::{self, Stamp};
+use crate::outcome::{self, Decision, FailedReason};
 use crate::plugin::{Input, Plugin};
 
 /// Why a message's plugin publishes did not go out.
+#[derive(Debug, thiserror::Error)]
 pub(super) enum Blame {
     /// The broker refused this message's own publish: the message is retried with this cause.
+    #[error("{0}")]
     Message(String),
     /// The broker could not take them now: the message is requeued.
+    #[error(transparent)]
     Broker(PublishError),
 }
 
@@ -93,7 +97,7 @@ impl Subscriber {
         if !p.headers.is_empty() {
             let mut headers = lapin::types::FieldTable::default();
             for (name, value) in &p.headers {
-                headers.insert(name.as_str().into(), outcome::text(value));
+                headers.insert(name.as_str().into(), headers::text(value));
             }
             props = props.with_headers(headers);
         }
@@ -124,13 +128,7 @@ impl Subscriber {
         delayer
             .publish(channel, &p.exchange, &p.routing_key, &p.body, props, delay)
             .await
-            .map_err(|err| match err.downcast_ref::<PublishError>() {
-                Some(err) => err.clone(),
-                None => PublishError::Broken {
-                    exchange: p.exchange.clone(),
-                    text: format!("{err:#}"),
-                },
-            })
+            .map_err(|err| err.into_publish(&p.exchange))
     }
 }
 
@@ -138,15 +136,6 @@ impl Subscriber {
 pub(super) fn input_correlation(input: &Input) -> Option<String> {
     let meta = &input.meta;
     meta.correlation_id.clone().or(meta.message_id.clone())
-}
-
-impl std::fmt::Display for Blame {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Blame::Message(why) => f.write_str(why),
-            Blame::Broker(err) => write!(f, "{err}"),
-        }
-    }
 }
 
 impl Subscriber {
@@ -269,13 +258,7 @@ impl Subscriber {
         delayer
             .publish(&channel, "", &self.sub.queue, body, props, after)
             .await
-            .map_err(|err| match err.downcast_ref::<PublishError>() {
-                Some(err) => err.clone(),
-                None => PublishError::Broken {
-                    exchange: String::new(),
-                    text: format!("{err:#}"),
-                },
-            })
+            .map_err(|err| err.into_publish(""))
     }
 }
 
@@ -317,7 +300,7 @@ async fn republish(
 
 /// The original properties with the host's headers, persistent.
 fn republished(properties: &BasicProperties, stamp: &Stamp<'_>) -> BasicProperties {
-    let headers = outcome::stamp_headers(properties.headers().as_ref(), stamp);
+    let headers = headers::stamp_headers(properties.headers().as_ref(), stamp);
     properties
         .clone()
         .with_headers(headers)

@@ -15,27 +15,73 @@ use lapin::{Acker, BasicProperties, Connection};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
-use super::{DUE_HEADER, Delayer, ERROR_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER, now_ms};
+use super::{
+    DUE_HEADER, DelayLevels, Delayer, ERROR_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER, now_ms,
+};
 use crate::broker::{self, Blocked, PERSISTENT, Publisher};
-use crate::outcome::{self, DEATH_SUMMARY, text_of};
+use crate::headers::{self, DEATH_SUMMARY, text_of};
 
 /// Due messages taken at once: their republishes overlap.
 const PREFETCH: u16 = 64;
 
 impl Delayer {
-    /// Delivers due messages until `cancel` fires (Ok) or the connection fails (Err). Each is
-    /// republished, persistent and confirmed, to its original exchange with its original
-    /// routing key, properties and headers (minus the delay bookkeeping), then acked. One whose
-    /// exchange is gone is parked in the dead queue with `x-delay-error`; one that cannot be
-    /// published for another reason is left for the broker to redeliver. Nothing is published
-    /// while `blocked`. Returns once every message it took is settled.
+    /// [`Delayer::run_mover`] for the life of `conn`: restarted a second after it fails while the
+    /// connection is up; returns when `cancel` fires or the connection is gone (the service
+    /// reconnects and calls it again).
+    pub async fn mover_loop(
+        &self,
+        conn: &Arc<Connection>,
+        blocked: &Blocked,
+        cancel: CancellationToken,
+    ) {
+        loop {
+            match self.run_mover(conn, blocked, cancel.clone()).await {
+                Ok(()) => return,
+                Err(err) if !conn.status().connected() => {
+                    warn!("delay mover stopped with the connection: {err:#}");
+                    return;
+                }
+                Err(err) => error!("delay mover stopped: {err:#}; restarting in 1s"),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    /// Delivers due messages until `cancel` fires (Ok) or the connection fails (Err): see
+    /// [`Mover::run`].
     pub async fn run_mover(
         &self,
         conn: &Arc<Connection>,
         blocked: &Blocked,
         cancel: CancellationToken,
     ) -> anyhow::Result<()> {
-        let ready = self.ready();
+        Mover { levels: self }.run(conn, blocked, cancel).await
+    }
+}
+
+/// The mover of one delay topology: consumes its ready queue, parks what it cannot deliver in
+/// its dead queue.
+struct Mover<'a> {
+    levels: &'a DelayLevels,
+}
+
+impl Mover<'_> {
+    /// Delivers due messages until `cancel` fires (Ok) or the connection fails (Err). Each is
+    /// republished, persistent and confirmed, to its original exchange with its original
+    /// routing key, properties and headers (minus the delay bookkeeping), then acked. One whose
+    /// exchange is gone is parked in the dead queue with `x-delay-error`; one that cannot be
+    /// published for another reason is left for the broker to redeliver. Nothing is published
+    /// while `blocked`. Returns once every message it took is settled.
+    async fn run(
+        &self,
+        conn: &Arc<Connection>,
+        blocked: &Blocked,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let ready = self.levels.ready();
         let (channel, deliveries) = consume_ready(conn, &ready).await?;
         let publisher = Publisher::new(conn.clone(), blocked.clone());
         let tag = deliveries.tag();
@@ -65,15 +111,15 @@ impl Delayer {
         deliveries: lapin::Consumer,
         publisher: &Publisher,
         cancel: &CancellationToken,
-    ) -> Result<(), String> {
-        let failure = std::sync::Mutex::new(None::<String>);
+    ) -> Result<(), lapin::Error> {
+        let failure = std::sync::Mutex::new(None::<lapin::Error>);
         deliveries
             .take_until(cancel.cancelled())
             .take_while(|next| {
                 if let Err(err) = next {
                     // A poisoned lock only loses the error text.
                     if let Ok(mut failure) = failure.lock() {
-                        *failure = Some(err.to_string());
+                        *failure = Some(err.clone());
                     }
                 }
                 std::future::ready(next.is_ok())
@@ -86,31 +132,6 @@ impl Delayer {
         match failure.into_inner().ok().flatten() {
             Some(err) => Err(err),
             None => Ok(()),
-        }
-    }
-
-    /// [`Delayer::run_mover`] for the life of `conn`: restarted a second after it fails while
-    /// the connection is up; returns when `cancel` fires or the connection is gone (the
-    /// service reconnects and calls it again).
-    pub async fn mover_loop(
-        &self,
-        conn: &Arc<Connection>,
-        blocked: &Blocked,
-        cancel: CancellationToken,
-    ) {
-        loop {
-            match self.run_mover(conn, blocked, cancel.clone()).await {
-                Ok(()) => return,
-                Err(err) if !conn.status().connected() => {
-                    warn!("delay mover stopped with the connection: {err:#}");
-                    return;
-                }
-                Err(err) => error!("delay mover stopped: {err:#}; restarting in 1s"),
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
         }
     }
 
@@ -150,7 +171,7 @@ impl Delayer {
             return self.park(publisher, properties, data, &why).await;
         };
         let late_ms = late_ms(headers);
-        let props = restored(properties, &self.prefix);
+        let props = restored(properties, &self.levels.prefix);
         self.deliver(publisher, exchange, key, data, props, properties)
             .await?;
         debug!(
@@ -191,7 +212,7 @@ impl Delayer {
             exchange,
             routing_key = key,
             "delayed message for a missing exchange; parked in {}",
-            self.dead()
+            self.levels.dead()
         );
         let why = format!("exchange {exchange:?} does not exist");
         self.park(publisher, received, body, &why).await
@@ -206,12 +227,12 @@ impl Delayer {
         why: &str,
     ) -> anyhow::Result<()> {
         let mut headers = props.headers().clone().unwrap_or_default();
-        headers.insert(ERROR_HEADER.into(), outcome::text(why));
+        headers.insert(ERROR_HEADER.into(), headers::text(why));
         let props = props
             .clone()
             .with_headers(headers)
             .with_delivery_mode(PERSISTENT);
-        let dead = self.dead();
+        let dead = self.levels.dead();
         let channel = publisher.confirm_channel().await?;
         broker::publish_confirmed(&channel, "", &dead, body, props, true)
             .await
@@ -353,17 +374,17 @@ mod tests {
 
     fn death(queue: &str) -> AMQPValue {
         let mut t = FieldTable::default();
-        t.insert("queue".into(), outcome::text(queue));
-        t.insert("reason".into(), outcome::text("expired"));
+        t.insert("queue".into(), headers::text(queue));
+        t.insert("reason".into(), headers::text("expired"));
         AMQPValue::FieldTable(t)
     }
 
     #[test]
     fn restores_what_was_published() {
         let mut h = FieldTable::default();
-        h.insert("mine".into(), outcome::text("kept"));
-        h.insert(EXCHANGE_HEADER.into(), outcome::text("e"));
-        h.insert(ROUTING_KEY_HEADER.into(), outcome::text("k"));
+        h.insert("mine".into(), headers::text("kept"));
+        h.insert(EXCHANGE_HEADER.into(), headers::text("e"));
+        h.insert(ROUTING_KEY_HEADER.into(), headers::text("k"));
         h.insert(DUE_HEADER.into(), AMQPValue::LongLongInt(1));
         h.insert(
             "x-death".into(),
@@ -374,9 +395,9 @@ mod tests {
         );
         h.insert(
             "x-first-death-queue".into(),
-            outcome::text("worker.delay.4s"),
+            headers::text("worker.delay.4s"),
         );
-        h.insert("x-first-death-reason".into(), outcome::text("expired"));
+        h.insert("x-first-death-reason".into(), headers::text("expired"));
         let props = BasicProperties::default()
             .with_message_id("m1".into())
             .with_headers(h);
@@ -401,7 +422,7 @@ mod tests {
                 death("q@retry.30s"),
             ])),
         );
-        h.insert("x-first-death-queue".into(), outcome::text("q@retry.30s"));
+        h.insert("x-first-death-queue".into(), headers::text("q@retry.30s"));
         let out = restored(&BasicProperties::default().with_headers(h), "worker.delay");
         let h = out.headers().clone().unwrap_or_default();
         let Some(AMQPValue::FieldArray(deaths)) = h.inner().get("x-death") else {

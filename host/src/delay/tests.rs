@@ -3,8 +3,8 @@
 use super::*;
 use crate::topology::{Arg, Destination};
 
-fn delayer(levels: u8) -> Delayer {
-    Delayer::new(levels).expect("valid levels")
+fn delayer(levels: u8) -> DelayLevels {
+    DelayLevels::new(levels).expect("valid levels")
 }
 
 #[test]
@@ -19,7 +19,7 @@ fn rounds_up_to_granularity_and_never_early() {
         let steps = d.steps(Duration::from_millis(ms)).unwrap();
         let total: u64 = (0..d.bits())
             .filter(|b| steps >> b & 1 == 1)
-            .map(Delayer::ttl_ms)
+            .map(DelayLevels::ttl_ms)
             .sum();
         assert!(total >= ms && total < ms + 125, "{ms} ms -> {total} ms");
     }
@@ -37,10 +37,10 @@ fn refuses_beyond_the_maximum() {
     );
     // 28 levels cover more than eight years.
     assert!(delayer(28).max_delay() > Duration::from_secs(8 * 365 * 86_400));
-    assert!(Delayer::new(0).is_err());
-    assert!(Delayer::new(30).is_err());
+    assert!(DelayLevels::new(0).is_err());
+    assert!(DelayLevels::new(30).is_err());
     // The top TTL of the largest topology stays below RabbitMQ's 10-year limit.
-    assert!(Delayer::ttl_ms(delayer(MAX_LEVELS).bits() - 1) <= 315_360_000_000);
+    assert!(DelayLevels::ttl_ms(delayer(MAX_LEVELS).bits() - 1) <= 315_360_000_000);
 }
 
 #[test]
@@ -55,8 +55,8 @@ fn keys_and_names() {
     assert_eq!(d.level_name(0), "worker.delay.125ms");
     assert_eq!(d.level_name(3), "worker.delay.1s");
     assert_eq!(d.entry_exchange(), "worker.delay.2s");
-    assert_eq!(Delayer::pattern(0, true), "#.1");
-    assert_eq!(Delayer::pattern(2, false), "#.0.*.*");
+    assert_eq!(DelayLevels::pattern(0, true), "#.1");
+    assert_eq!(DelayLevels::pattern(2, false), "#.0.*.*");
     let d = delayer(28);
     assert_eq!(d.entry_exchange(), "worker.delay.134217728s");
     assert!(d.routing_key(1).len() < 255);

@@ -14,9 +14,9 @@ use super::select::Selection;
 use crate::capability::Granted;
 use crate::capability::capture::{Capture, bytes_json};
 use crate::config::{Config, Subscription};
-use crate::outcome;
-use crate::plugin::{Answer, Input, Instances, Invocation, Limits, Plugin, PublishPolicy};
-use crate::topology::delay_levels::Delayer;
+use crate::headers;
+use crate::plugin::{Answer, Input, Instances, Invocation, Limits, Meta, Plugin, PublishPolicy};
+use crate::topology::delay_levels::DelayLevels;
 
 /// What a dry run runs: a plugin (the subscription's own, or another file) under the
 /// subscription's grants.
@@ -60,11 +60,11 @@ pub(crate) async fn try_one(
 ) -> Value {
     let props = &delivery.properties;
     let key =
-        outcome::original_routing_key(props.headers().as_ref(), delivery.routing_key.as_str());
-    let mut meta = outcome::meta_of(&sub.queue, &sub.exchange, &key, false, props);
+        headers::original_routing_key(props.headers().as_ref(), delivery.routing_key.as_str());
+    let mut meta = Meta::of(&sub.queue, &sub.exchange, &key, false, props);
     meta.attempt = 1;
     let capture = Arc::new(Capture::default());
-    let max_delay = Delayer::from_config(config)
+    let max_delay = DelayLevels::from_config(config)
         .ok()
         .flatten()
         .map(|d| d.max_delay());

@@ -10,7 +10,7 @@ use super::parked::{Parked, header_json};
 use super::select::{Picked, Selection, Walk};
 use crate::broker;
 use crate::config::Config;
-use crate::outcome;
+use crate::headers;
 
 /// Bytes of the body shown by `failed list`.
 pub const PREVIEW_BYTES: usize = 256;
@@ -127,15 +127,15 @@ fn describe(parked: &Parked, delivery: &Shown<'_>, preview: usize) -> Value {
     let hex = std::str::from_utf8(shown)
         .is_err()
         .then(|| hex::encode(shown));
-    let header = |name: &str| headers?.inner().get(name).and_then(outcome::text_of);
+    let header = |name: &str| headers?.inner().get(name).and_then(headers::text_of);
     json!({
         "id": parked.id,
         "reason": parked.reason,
         "cause": parked.cause,
-        "plugin": header(outcome::PLUGIN),
-        "plugin_sha256": header(outcome::PLUGIN_SHA256),
+        "plugin": header(headers::PLUGIN),
+        "plugin_sha256": header(headers::PLUGIN_SHA256),
         "routing_key": delivery.routing_key,
-        "original_routing_key": outcome::original_routing_key(headers, delivery.routing_key),
+        "original_routing_key": headers::original_routing_key(headers, delivery.routing_key),
         "properties": properties(props),
         "headers": all,
         "size": body.len(),
@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn docs_failed_md_describes_every_field_of_a_listed_message() {
         let mut headers = lapin::types::FieldTable::default();
-        headers.insert(outcome::PLUGIN.into(), outcome::text("order_close.wasm"));
+        headers.insert(headers::PLUGIN.into(), headers::text("order_close.wasm"));
         let props = BasicProperties::default().with_headers(headers);
         let parked = Parked {
             id: "m".into(),

@@ -6,7 +6,7 @@ use lapin::message::Delivery;
 use lapin::types::AMQPValue;
 use sha2::{Digest, Sha256};
 
-use crate::outcome;
+use crate::headers;
 
 /// Prefix of a digest id. A message id is shown as it is, so an id with this prefix names a
 /// message that had no message id.
@@ -43,14 +43,14 @@ impl Parked {
                 .headers()
                 .as_ref()
                 .and_then(|h| h.inner().get(name))
-                .map(outcome::render)
+                .map(headers::render)
         };
         Parked {
             id: id(props, &delivery.data),
-            reason: header(outcome::FAILED_REASON),
-            cause: header(outcome::ERROR),
-            plugin: header(outcome::PLUGIN),
-            plugin_sha256: header(outcome::PLUGIN_SHA256),
+            reason: header(headers::FAILED_REASON),
+            cause: header(headers::ERROR),
+            plugin: header(headers::PLUGIN),
+            plugin_sha256: header(headers::PLUGIN_SHA256),
         }
     }
 }
@@ -102,7 +102,7 @@ fn encode(props: &BasicProperties) -> Vec<u8> {
 /// A header value as JSON: numbers as numbers, booleans as booleans, tables as objects, arrays
 /// as arrays, byte arrays as lowercase hex, strings as text (invalid UTF-8 replaced by U+FFFD).
 pub(crate) fn header_json(value: &AMQPValue) -> serde_json::Value {
-    outcome::to_json(value)
+    headers::to_json(value)
 }
 
 #[cfg(test)]
@@ -130,7 +130,7 @@ mod tests {
         use lapin::types::{ByteArray, FieldArray};
         let mut t = FieldTable::default();
         t.insert("n".into(), AMQPValue::ShortInt(-2));
-        let array = FieldArray::from(vec![AMQPValue::Boolean(false), outcome::text("s")]);
+        let array = FieldArray::from(vec![AMQPValue::Boolean(false), headers::text("s")]);
         assert_eq!(
             header_json(&AMQPValue::LongLongInt(3)),
             serde_json::json!(3)
@@ -139,7 +139,7 @@ mod tests {
             header_json(&AMQPValue::Boolean(true)),
             serde_json::json!(true)
         );
-        assert_eq!(header_json(&outcome::text("x")), serde_json::json!("x"));
+        assert_eq!(header_json(&headers::text("x")), serde_json::json!("x"));
         let bytes = AMQPValue::ByteArray(ByteArray::from(vec![0, 255]));
         assert_eq!(header_json(&bytes), serde_json::json!("00ff"));
         let table = AMQPValue::FieldTable(t);
@@ -151,14 +151,14 @@ mod tests {
     #[test]
     fn the_digest_covers_body_and_headers_but_not_the_redelivery_counts() {
         let mut h = FieldTable::default();
-        h.insert("mine".into(), outcome::text("a"));
+        h.insert("mine".into(), headers::text("a"));
         let base = digest(&props(h.clone()), b"body");
         assert_eq!(base.len(), DIGEST_PREFIX.len() + DIGEST_HEX);
         assert_eq!(base, digest(&props(h.clone()), b"body"), "stable");
         assert_ne!(base, digest(&props(h.clone()), b"other"), "body counts");
 
         let mut changed = h.clone();
-        changed.insert("mine".into(), outcome::text("b"));
+        changed.insert("mine".into(), headers::text("b"));
         assert_ne!(base, digest(&props(changed), b"body"), "headers count");
 
         // RabbitMQ 3.x quorum queues add the first, 4.x both.

@@ -11,7 +11,7 @@ use super::select::{Picked, Selection, Walk};
 use crate::broker;
 use crate::broker::{PERSISTENT, PublishError, publish_confirmed};
 use crate::config::Config;
-use crate::outcome;
+use crate::headers;
 
 /// Messages replayed per round: published together, each acked once confirmed.
 const BATCH: usize = 64;
@@ -152,11 +152,11 @@ pub(super) fn replayed(properties: &BasicProperties) -> BasicProperties {
         .map(|h| h.inner().iter())
         .into_iter()
         .flatten()
-        .filter(|(name, _)| !outcome::broker_owned(name.as_str()))
+        .filter(|(name, _)| !headers::broker_owned(name.as_str()))
         .map(|(name, value)| (name.clone(), value.clone()))
         .collect();
     let mut headers = FieldTable::from(kept);
-    headers.insert(outcome::ATTEMPTS.into(), AMQPValue::LongLongInt(0));
+    headers.insert(headers::ATTEMPTS.into(), AMQPValue::LongLongInt(0));
     properties
         .clone()
         .with_headers(headers)
@@ -170,25 +170,25 @@ mod tests {
     #[test]
     fn replay_resets_attempts_drops_broker_headers_and_keeps_the_rest() {
         let mut h = FieldTable::default();
-        h.insert(outcome::ATTEMPTS.into(), AMQPValue::LongLongInt(4));
+        h.insert(headers::ATTEMPTS.into(), AMQPValue::LongLongInt(4));
         h.insert(
-            outcome::ORIG_ROUTING_KEY.into(),
-            outcome::text("user.created"),
+            headers::ORIG_ROUTING_KEY.into(),
+            headers::text("user.created"),
         );
-        h.insert("x-death".into(), outcome::text("not even an array"));
-        h.insert("x-first-death-queue".into(), outcome::text("q@retry.1s"));
-        h.insert("x-last-death-reason".into(), outcome::text("expired"));
-        h.insert("x-deathly".into(), outcome::text("kept"));
+        h.insert("x-death".into(), headers::text("not even an array"));
+        h.insert("x-first-death-queue".into(), headers::text("q@retry.1s"));
+        h.insert("x-last-death-reason".into(), headers::text("expired"));
+        h.insert("x-deathly".into(), headers::text("kept"));
         let props = BasicProperties::default()
             .with_message_id("m".into())
             .with_headers(h);
         let out = replayed(&props);
         let rendered: std::collections::BTreeMap<_, _> =
-            outcome::render_headers(out.headers().as_ref())
+            headers::render_headers(out.headers().as_ref())
                 .into_iter()
                 .collect();
-        assert_eq!(rendered[outcome::ATTEMPTS], "0");
-        assert_eq!(rendered[outcome::ORIG_ROUTING_KEY], "user.created");
+        assert_eq!(rendered[headers::ATTEMPTS], "0");
+        assert_eq!(rendered[headers::ORIG_ROUTING_KEY], "user.created");
         assert_eq!(rendered["x-deathly"], "kept");
         assert_eq!(rendered.len(), 3, "{rendered:?}");
         assert_eq!(out.message_id().as_ref().map(|s| s.as_str()), Some("m"));

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-use super::engine::{RuntimeConfig, engine, pool};
 use super::error::{LoadError, chain_text};
+use super::settings::{RuntimeConfig, engine, pool};
 
 /// Most artifacts kept; the least recently written go first.
 const MAX_ENTRIES: usize = 64;

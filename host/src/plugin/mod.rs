@@ -10,6 +10,7 @@ mod error;
 mod file;
 mod module;
 mod pending;
+mod settings;
 mod state;
 mod version;
 mod wasi;
@@ -21,9 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cache::{COMPILE_COMMAND, compile_for_parent};
-pub use engine::{CompilePriority, Runtime, RuntimeConfig};
+pub use engine::Runtime;
 pub use error::{HandlerError, LoadError, TrapKind};
 pub(crate) use pending::Pending;
+pub use settings::{CompilePriority, RuntimeConfig};
 pub use version::{Loaded, Plugin};
 
 /// Per-call limits, from the subscription.
@@ -77,6 +79,35 @@ pub struct Meta {
     pub redelivered: bool,
     /// AMQP headers rendered as text (numbers and booleans as text).
     pub headers: Vec<(String, String)>,
+}
+
+impl Meta {
+    /// What a handler sees of a delivery from `queue`: its routing, properties and headers,
+    /// and its attempt (1 + the calls its headers record). The consumer and dry runs build it
+    /// alike.
+    pub fn of(
+        queue: &str,
+        exchange: &str,
+        routing_key: &str,
+        redelivered: bool,
+        properties: &lapin::BasicProperties,
+    ) -> Meta {
+        let headers = properties.headers().as_ref();
+        let text = |s: &Option<lapin::types::ShortString>| s.as_ref().map(|s| s.to_string());
+        Meta {
+            routing_key: routing_key.to_string(),
+            original_routing_key: crate::headers::original_routing_key(headers, routing_key),
+            exchange: exchange.to_string(),
+            queue: queue.to_string(),
+            message_id: text(properties.message_id()),
+            correlation_id: text(properties.correlation_id()),
+            content_type: text(properties.content_type()),
+            timestamp: *properties.timestamp(),
+            attempt: crate::headers::calls_made(headers, queue).saturating_add(1),
+            redelivered,
+            headers: crate::headers::render_headers(headers),
+        }
+    }
 }
 
 /// What a plugin may publish while handling one message.

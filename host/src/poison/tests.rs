@@ -65,7 +65,7 @@ fn the_marker_is_dropped_and_the_rest_kept() {
     let mut headers = FieldTable::default();
     headers.insert(
         UNDECODABLE_PROPERTIES_HEADER.into(),
-        outcome::text("unknown field type 'Z'"),
+        headers::text("unknown field type 'Z'"),
     );
     headers.insert("mine".into(), AMQPValue::Boolean(true));
     let props = BasicProperties::default()

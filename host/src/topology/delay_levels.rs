@@ -1,6 +1,6 @@
-//! The shape of the arbitrary-delay topology: binary levels of fixed-TTL queues, their names,
-//! the routing key of a delay, and the plan that declares them. Using it (publishing into it,
-//! moving due messages out) is `crate::delay`'s.
+//! The shape of the arbitrary-delay topology, as pure data: binary levels of fixed-TTL queues,
+//! their names, the routing key of a delay, and the plan that declares them. Using it
+//! (publishing into it, moving due messages out) is `crate::delay::Delayer`'s.
 
 use std::fmt;
 use std::time::Duration;
@@ -17,15 +17,6 @@ pub const MAX_LEVELS: u8 = 29;
 pub const FRACTION_BITS: u32 = 3;
 /// The smallest delay step; every delay is rounded up to a multiple of it, so none is early.
 pub const GRANULARITY: Duration = Duration::from_millis(1000 >> FRACTION_BITS);
-
-/// Header: the exchange a delayed message is for.
-pub const EXCHANGE_HEADER: &str = "x-delay-exchange";
-/// Header: the routing key a delayed message is for.
-pub const ROUTING_KEY_HEADER: &str = "x-delay-routing-key";
-/// Header: when the message is due, in milliseconds since the Unix epoch (for logs and metrics).
-pub const DUE_HEADER: &str = "x-delay-due-ms";
-/// Header on parked messages: why the mover could not deliver it.
-pub const ERROR_HEADER: &str = "x-delay-error";
 
 /// A delay request the topology cannot serve; a user error (exit 1).
 #[derive(Debug, thiserror::Error)]
@@ -50,39 +41,39 @@ pub enum DelayError {
     Levels(u8),
 }
 
-/// The delay topology of one config: its names, its routing keys, and how to use it.
+/// The delay topology of one config: its levels, names and routing keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delayer {
+pub struct DelayLevels {
     levels: u8,
     pub(crate) prefix: String,
 }
 
-impl Delayer {
+impl DelayLevels {
     /// A topology with `levels` whole-second levels (plus [`FRACTION_BITS`] sub-second ones).
-    pub fn new(levels: u8) -> Result<Delayer, DelayError> {
+    pub fn new(levels: u8) -> Result<DelayLevels, DelayError> {
         if levels == 0 || levels > MAX_LEVELS {
             return Err(DelayError::Levels(levels));
         }
-        Ok(Delayer {
+        Ok(DelayLevels {
             levels,
             prefix: DEFAULT_PREFIX.to_string(),
         })
     }
 
     /// The topology `config` asks for, or None without `[delay]`.
-    pub fn from_config(config: &Config) -> Result<Option<Delayer>, DelayError> {
-        config.delay.map(|d| Delayer::new(d.levels)).transpose()
+    pub fn from_config(config: &Config) -> Result<Option<DelayLevels>, DelayError> {
+        config.delay.map(|d| DelayLevels::new(d.levels)).transpose()
     }
 
-    /// Like [`Delayer::from_config`], but a missing `[delay]` is an error.
-    pub fn required(config: &Config) -> Result<Delayer, DelayError> {
-        Delayer::from_config(config)?.ok_or_else(|| DelayError::NotConfigured {
+    /// Like [`DelayLevels::from_config`], but a missing `[delay]` is an error.
+    pub fn required(config: &Config) -> Result<DelayLevels, DelayError> {
+        DelayLevels::from_config(config)?.ok_or_else(|| DelayError::NotConfigured {
             path: config.path.display().to_string(),
         })
     }
 
     /// Uses another name prefix (tests use a unique one so they never share queues).
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Delayer {
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> DelayLevels {
         self.prefix = prefix.into();
         self
     }
@@ -224,15 +215,17 @@ impl Delayer {
     }
 }
 
-impl fmt::Display for Delayer {
+impl fmt::Display for DelayLevels {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.plan().fmt(f)
     }
 }
 
 /// The delay topology of `config`'s `[delay]`, for `Plan::from_config`. Levels out of range
-/// are clamped here; `Delayer::from_config` reports them.
+/// are clamped here; `DelayLevels::from_config` reports them.
 pub fn plan(delay: &DelayConfig) -> Plan {
     let levels = delay.levels.clamp(1, MAX_LEVELS);
-    Delayer::new(levels).map(|d| d.plan()).unwrap_or_default()
+    DelayLevels::new(levels)
+        .map(|d| d.plan())
+        .unwrap_or_default()
 }

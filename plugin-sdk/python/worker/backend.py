@@ -7,26 +7,24 @@ _installed: Optional[Any] = None
 
 
 def current() -> Any:
-    """The backend calls go to. Inside a component: the generated bindings (worker.component).
+    """The backend calls go to. Inside a component: the generated bindings (worker.component),
+    installed by worker.entry before the plugin's app is imported.
 
     A backend has the methods log, config, publish, kv_get, kv_set, kv_delete, kv_increment,
     kv_compare_and_swap, sql_query, sql_execute and http_send, on plain Python values (see
     FakeHost), and raises worker's PublishError / KvError / SqlError / HttpError.
     """
-    global _installed
     if _installed is None:
         if sys.platform != "wasi":
             raise RuntimeError(
                 "worker: no host outside a component; in tests use worker.testing.FakeHost"
             )
-        from . import component  # only importable where componentize-py's runtime exists
-
-        _installed = component.Bindings()
+        raise RuntimeError("worker: no host installed; a component's entry is worker.entry")
     return _installed
 
 
 def install(backend: Optional[Any]) -> Optional[Any]:
-    """Makes `backend` current (None: back to the default); returns the one it replaces."""
+    """Makes `backend` current (None: none); returns the one it replaces."""
     global _installed
     previous, _installed = _installed, backend
     return previous

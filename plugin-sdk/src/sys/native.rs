@@ -12,8 +12,27 @@ use worker_abi::{PUBLISH_ACCEPTED, PublishRefusal, limits};
 use crate::http::{self, HttpError, Request, Response};
 use crate::kv::KvError;
 use crate::sql::{Rows, SqlError, Value};
-use crate::testing::{SqlCall, SqlKind};
 use crate::{Level, Outgoing, PublishError};
+
+/// One SQL call a handler made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SqlCall {
+    /// `query` or `execute`.
+    pub kind: SqlKind,
+    /// The statement text.
+    pub statement: String,
+    /// Its parameters.
+    pub params: Vec<Value>,
+}
+
+/// Which SQL call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlKind {
+    /// [`sql::query`](crate::sql::query): rows back.
+    Query,
+    /// [`sql::execute`](crate::sql::execute): a row count back.
+    Execute,
+}
 
 /// What the host would hold for one handler call.
 #[derive(Debug, Default)]

@@ -3,7 +3,7 @@
 
 use lapin::types::{AMQPValue, FieldArray, FieldTable};
 use worker_host::failed::{self, Selection};
-use worker_host::outcome;
+use worker_host::headers;
 
 use super::support::*;
 use crate::harness;
@@ -84,9 +84,9 @@ async fn replay_drops_the_broker_dead_letter_headers() {
     let mut death = FieldTable::default();
     death.insert(
         "queue".into(),
-        outcome::text(&format!("{}@retry.1s", s.q())),
+        headers::text(&format!("{}@retry.1s", s.q())),
     );
-    death.insert("reason".into(), outcome::text("expired"));
+    death.insert("reason".into(), headers::text("expired"));
     death.insert("count".into(), AMQPValue::LongLongInt(2));
     let props = parked(0, "retries-exhausted", "later");
     let mut h = props.headers().clone().expect("headers");
@@ -94,9 +94,9 @@ async fn replay_drops_the_broker_dead_letter_headers() {
         "x-death".into(),
         AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(death)])),
     );
-    h.insert("x-first-death-queue".into(), outcome::text("q@retry.1s"));
-    h.insert("x-first-death-reason".into(), outcome::text("expired"));
-    h.insert("x-last-death-exchange".into(), outcome::text("retry"));
+    h.insert("x-first-death-queue".into(), headers::text("q@retry.1s"));
+    h.insert("x-first-death-reason".into(), headers::text("expired"));
+    h.insert("x-last-death-exchange".into(), headers::text("retry"));
     s.park(&ch, props.with_headers(h), b"dead").await;
 
     let report = failed::replay(&s.config(), &s.q(), &Selection::All)
@@ -112,9 +112,9 @@ async fn replay_drops_the_broker_dead_letter_headers() {
             || k.starts_with("x-last-death-")),
         "broker-owned headers kept: {h:?}"
     );
-    assert_eq!(h[outcome::ATTEMPTS], "0");
-    assert_eq!(h[outcome::ORIG_ROUTING_KEY], "evt.created");
-    assert_eq!(h[outcome::ERROR], "later");
+    assert_eq!(h[headers::ATTEMPTS], "0");
+    assert_eq!(h[headers::ORIG_ROUTING_KEY], "evt.created");
+    assert_eq!(h[headers::ERROR], "later");
     assert_eq!(h["mine"], "v0");
 
     let _ = conn.close(200, "bye".into()).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
 use worker_host::config::Config;
-use worker_host::outcome;
+use worker_host::headers;
 
 use crate::harness::{self, Host};
 
@@ -112,7 +112,7 @@ impl Setup {
 /// Message `m<i>` with its own header `mine = v<i>`.
 pub fn props(i: usize) -> BasicProperties {
     let mut h = FieldTable::default();
-    h.insert("mine".into(), outcome::text(&format!("v{i}")));
+    h.insert("mine".into(), headers::text(&format!("v{i}")));
     BasicProperties::default()
         .with_message_id(format!("m{i}").as_str().into())
         .with_headers(h)
@@ -121,18 +121,18 @@ pub fn props(i: usize) -> BasicProperties {
 /// Message `m<i>` as the host parks it: its own header plus the host's, with this cause.
 pub fn parked(i: usize, reason: &str, cause: &str) -> BasicProperties {
     let mut h = FieldTable::default();
-    h.insert("mine".into(), outcome::text(&format!("v{i}")));
+    h.insert("mine".into(), headers::text(&format!("v{i}")));
     h.insert(
-        outcome::ORIG_ROUTING_KEY.into(),
-        outcome::text("evt.created"),
+        headers::ORIG_ROUTING_KEY.into(),
+        headers::text("evt.created"),
     );
-    h.insert(outcome::ATTEMPTS.into(), AMQPValue::LongLongInt(3));
-    h.insert(outcome::ERROR.into(), outcome::text(cause));
-    h.insert(outcome::FAILED_REASON.into(), outcome::text(reason));
-    h.insert(outcome::PLUGIN.into(), outcome::text("failing.wasm"));
+    h.insert(headers::ATTEMPTS.into(), AMQPValue::LongLongInt(3));
+    h.insert(headers::ERROR.into(), headers::text(cause));
+    h.insert(headers::FAILED_REASON.into(), headers::text(reason));
+    h.insert(headers::PLUGIN.into(), headers::text("failing.wasm"));
     h.insert(
-        outcome::FAILED_AT.into(),
-        outcome::text("2026-01-02T03:04:05Z"),
+        headers::FAILED_AT.into(),
+        headers::text("2026-01-02T03:04:05Z"),
     );
     BasicProperties::default()
         .with_message_id(format!("m{i}").as_str().into())

@@ -169,7 +169,7 @@ pub async fn wait_consuming(conn: &Connection, queue: &str) {
 pub fn headers_of(
     msg: &lapin::message::BasicGetMessage,
 ) -> std::collections::BTreeMap<String, String> {
-    worker_host::outcome::render_headers(msg.delivery.properties.headers().as_ref())
+    worker_host::headers::render_headers(msg.delivery.properties.headers().as_ref())
         .into_iter()
         .collect()
 }

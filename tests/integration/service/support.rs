@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use lapin::options::BasicConsumeOptions;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection};
-use worker_host::outcome;
+use worker_host::headers;
 
 use crate::harness::{self, Host, Names};
 
@@ -97,7 +97,7 @@ pub async fn publish_to(
         .expect("confirms");
     let messages = messages.into_iter().map(|(key, body, to)| {
         let mut h = FieldTable::default();
-        h.insert("pub-exchange".into(), outcome::text(&to));
+        h.insert("pub-exchange".into(), headers::text(&to));
         (key, body, BasicProperties::default().with_headers(h))
     });
     harness::publish_pipelined(&ch, exchange, messages).await;

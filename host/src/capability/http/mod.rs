@@ -9,6 +9,7 @@ mod send;
 #[cfg(test)]
 mod tests;
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -69,6 +70,7 @@ impl Instance {
 
 impl Capability for Instance {
     type Grant = Grant;
+    type Error = Infallible;
 
     fn link<T: Host>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
@@ -86,7 +88,7 @@ impl Capability for Instance {
         };
     }
 
-    async fn finish(&mut self, _ok: bool) -> Result<(), String> {
+    async fn finish(&mut self, _ok: bool) -> Result<(), Infallible> {
         self.hooks = Hooks::default();
         Ok(())
     }

@@ -22,6 +22,7 @@ mod redis;
 #[cfg(test)]
 mod tests;
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -318,6 +319,7 @@ impl Instance {
 
 impl Capability for Instance {
     type Grant = Store;
+    type Error = Infallible;
 
     fn link<T: Host>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
         kv::add_to_linker::<T, HasSelf<Instance>>(linker, |t| &mut t.capabilities().kv)
@@ -329,7 +331,7 @@ impl Capability for Instance {
     }
 
     /// Writes took effect when made: nothing to commit or undo.
-    async fn finish(&mut self, _ok: bool) -> Result<(), String> {
+    async fn finish(&mut self, _ok: bool) -> Result<(), Infallible> {
         self.granted = None;
         self.dry = None;
         Ok(())

@@ -8,6 +8,29 @@ use sqlx::sqlite::SqliteError;
 
 use crate::wit::worker::plugin::sql::SqlError;
 
+/// Why a message's transaction was not committed: the cause its retry records.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CommitError {
+    /// A statement was cut off mid-way (its deadline): the transaction was rolled back.
+    #[error("[sql.{store}] a statement was cut off; rolled back")]
+    CutOff { store: String },
+    /// The database refused the commit.
+    #[error("[sql.{store}] commit failed: {why}")]
+    Failed { store: String, why: String },
+    #[error("[sql.{store}] commit timed out")]
+    TimedOut { store: String },
+    /// An earlier failure lost the transaction.
+    #[error("[sql.{store}] {why}")]
+    Lost { store: String, why: String },
+}
+
+/// Why the database did not answer the `/readyz` ping (its URL's password removed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub(crate) struct PingError {
+    pub why: String,
+}
+
 /// A failed statement: what the guest is told, and whether the transaction is gone with it.
 #[derive(Debug, Clone)]
 pub(super) struct Failure {

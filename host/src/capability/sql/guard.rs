@@ -17,7 +17,6 @@
 use sqlparser::dialect::{Dialect, MySqlDialect, PostgreSqlDialect, SQLiteDialect};
 use sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
 
-use super::outbox::HOST_TABLES;
 use crate::config::SqlKind;
 
 /// A statement the guard let through, and what the host must do around it.
@@ -80,9 +79,19 @@ const FUNCTIONS: &[&str] = &[
     "fts3_tokenizer",
 ];
 
+/// The beginnings of the names of the host's tables and indexes in a subscription's database
+/// (lower case: the outbox's), which a plugin's statements cannot name or touch (here and in
+/// `sqlite.rs`).
+pub(super) const HOST_TABLES: &[&str] = &["worker_inbox", "worker_outbox"];
+
+/// Why a plugin's statement may not run: the text of its `invalid` error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct Refused(pub(super) String);
+
 /// Checks a plugin's statement on `kind`: the statement as it may run, or why it may not
 /// (the text of an `invalid` error).
-pub(super) fn check(kind: SqlKind, statement: &str) -> Result<Pass, String> {
+pub(super) fn check(kind: SqlKind, statement: &str) -> Result<Pass, Refused> {
     raw(kind, statement)?;
     let tokens = tokenize(kind, statement)?;
     hidden_comments(kind, &tokens)?;
@@ -92,36 +101,38 @@ pub(super) fn check(kind: SqlKind, statement: &str) -> Result<Pass, String> {
 }
 
 /// The rules that read the raw text, whatever the tokens say.
-fn raw(kind: SqlKind, statement: &str) -> Result<(), String> {
+fn raw(kind: SqlKind, statement: &str) -> Result<(), Refused> {
     let lower = statement.to_ascii_lowercase();
     for table in HOST_TABLES {
         if lower.contains(table) {
-            return Err(format!(
+            return Err(Refused(format!(
                 "{table}* are the host's tables (the outbox and inbox of exactly-once \
                  delivery): a plugin can neither read nor write them"
-            ));
+            )));
         }
     }
     for name in FUNCTIONS {
         if called(&lower, name) {
-            return Err(format!(
+            return Err(Refused(format!(
                 "{name}() reaches past the granted database (files, programs, other \
                  databases, the session or other sessions) and is not allowed"
-            ));
+            )));
         }
     }
     if kind == SqlKind::MySql {
         for word in ["outfile", "dumpfile"] {
             if word_in(&lower, word) {
-                return Err(format!(
+                return Err(Refused(format!(
                     "INTO {}: writing files on the database server is not allowed",
                     word.to_ascii_uppercase()
-                ));
+                )));
             }
         }
     }
     if kind == SqlKind::Postgres && lower.contains("u&\"") {
-        return Err("Unicode-escaped identifiers (U&\"...\") are not allowed".into());
+        return Err(Refused(
+            "Unicode-escaped identifiers (U&\"...\") are not allowed".into(),
+        ));
     }
     Ok(())
 }
@@ -160,7 +171,7 @@ fn is_ident(c: char) -> bool {
     c == '_' || c == '$' || c.is_alphanumeric()
 }
 
-fn tokenize(kind: SqlKind, statement: &str) -> Result<Vec<Token>, String> {
+fn tokenize(kind: SqlKind, statement: &str) -> Result<Vec<Token>, Refused> {
     let dialect: &dyn Dialect = match kind {
         SqlKind::Sqlite => &SQLiteDialect {},
         SqlKind::Postgres => &PostgreSqlDialect {},
@@ -168,12 +179,12 @@ fn tokenize(kind: SqlKind, statement: &str) -> Result<Vec<Token>, String> {
     };
     Tokenizer::new(dialect, statement)
         .tokenize()
-        .map_err(|e| format!("the host cannot read this statement: {e}"))
+        .map_err(|e| Refused(format!("the host cannot read this statement: {e}")))
 }
 
 /// MariaDB runs the text of `/*M! ... */` comments; the tokenizer (like MySQL) does not, so
 /// what they hold would pass unseen.
-fn hidden_comments(kind: SqlKind, tokens: &[Token]) -> Result<(), String> {
+fn hidden_comments(kind: SqlKind, tokens: &[Token]) -> Result<(), Refused> {
     if kind != SqlKind::MySql {
         return Ok(());
     }
@@ -182,13 +193,15 @@ fn hidden_comments(kind: SqlKind, tokens: &[Token]) -> Result<(), String> {
             if c.trim_start().to_ascii_uppercase().starts_with("M!"))
     });
     if hidden {
-        return Err("executable comments (/*M! ... */) are not allowed".into());
+        return Err(Refused(
+            "executable comments (/*M! ... */) are not allowed".into(),
+        ));
     }
     Ok(())
 }
 
 /// The statement's tokens without blanks and comments; more than one statement is refused.
-fn single(tokens: &[Token]) -> Result<Vec<&Token>, String> {
+fn single(tokens: &[Token]) -> Result<Vec<&Token>, Refused> {
     let mut statements = 0;
     let mut current: Vec<&Token> = Vec::new();
     let mut first: Vec<&Token> = Vec::new();
@@ -214,16 +227,16 @@ fn single(tokens: &[Token]) -> Result<Vec<&Token>, String> {
         }
     }
     if statements > 1 {
-        return Err(format!(
+        return Err(Refused(format!(
             "one statement per call: this text holds {statements}; send them in separate \
              calls (they share the message's transaction)"
-        ));
+        )));
     }
     Ok(first)
 }
 
 /// Rules on single tokens: MySQL user variables (session state that outlives the message).
-fn words_allowed(kind: SqlKind, words: &[&Token]) -> Result<(), String> {
+fn words_allowed(kind: SqlKind, words: &[&Token]) -> Result<(), Refused> {
     if kind != SqlKind::MySql {
         return Ok(());
     }
@@ -233,11 +246,11 @@ fn words_allowed(kind: SqlKind, words: &[&Token]) -> Result<(), String> {
             && w.value.starts_with('@')
             && !w.value.starts_with("@@")
         {
-            return Err(format!(
+            return Err(Refused(format!(
                 "user variables ({}) are session state that outlives the message; use \
                  parameters instead",
                 w.value
-            ));
+            )));
         }
     }
     Ok(())
@@ -254,7 +267,7 @@ fn keyword(token: Option<&&Token>) -> Option<String> {
 const DML: &[&str] = &["SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES"];
 
 /// The statement's kind, from its first words, against the list of what a plugin may run.
-fn classify(kind: SqlKind, words: &[&Token]) -> Result<Pass, String> {
+fn classify(kind: SqlKind, words: &[&Token]) -> Result<Pass, Refused> {
     // A parenthesized query: `(SELECT ...) UNION (SELECT ...)`.
     let start = words
         .iter()
@@ -264,7 +277,7 @@ fn classify(kind: SqlKind, words: &[&Token]) -> Result<Pass, String> {
     let Some(first) = keyword(words.first()) else {
         return match words.first() {
             None => Ok(Pass::Plain),
-            Some(t) => Err(format!("a statement cannot start with {t}")),
+            Some(t) => Err(Refused(format!("a statement cannot start with {t}"))),
         };
     };
     match first.as_str() {
@@ -278,38 +291,38 @@ fn classify(kind: SqlKind, words: &[&Token]) -> Result<Pass, String> {
         "EXPLAIN" => explain(kind, &words[1..]),
         "CREATE" | "ALTER" | "DROP" | "TRUNCATE" | "COMMENT" | "ANALYZE" => ddl(kind, words),
         "BEGIN" | "START" | "COMMIT" | "END" | "ROLLBACK" | "ABORT" | "SAVEPOINT" | "RELEASE"
-        | "XA" => Err(format!(
+        | "XA" => Err(Refused(format!(
             "{first}: the host owns the message's transaction (committed when the handler \
              answers ok, rolled back otherwise); transaction control is not allowed"
-        )),
-        "SET" | "RESET" | "DISCARD" | "USE" => Err(format!(
+        ))),
+        "SET" | "RESET" | "DISCARD" | "USE" => Err(Refused(format!(
             "{first} changes the connection's session, which outlives the message; session \
              settings are not allowed (SHOW and current_setting() read them)"
-        )),
-        "ATTACH" | "DETACH" | "COPY" | "LOAD" | "VACUUM" => Err(format!(
+        ))),
+        "ATTACH" | "DETACH" | "COPY" | "LOAD" | "VACUUM" => Err(Refused(format!(
             "{first} reaches past the granted database (other files or databases) and is not \
              allowed"
-        )),
-        other => Err(format!(
+        ))),
+        other => Err(Refused(format!(
             "{other} statements are not allowed: a plugin runs queries and data changes \
              (SELECT, INSERT, UPDATE, DELETE, WITH, ...) and the DDL of its own tables, \
              indexes and views"
-        )),
+        ))),
     }
 }
 
 /// A query or data change: refuses what it may hold that makes session state or files.
-fn dml(kind: SqlKind, words: &[&Token]) -> Result<Pass, String> {
+fn dml(kind: SqlKind, words: &[&Token]) -> Result<Pass, Refused> {
     for pair in words.windows(2) {
         let (a, b) = (keyword(Some(&pair[0])), keyword(Some(&pair[1])));
         if a.as_deref() == Some("INTO")
             && matches!(b.as_deref(), Some("TEMP" | "TEMPORARY"))
             && kind == SqlKind::Postgres
         {
-            return Err(
+            return Err(Refused(
                 "SELECT INTO TEMP makes a session table that outlives the message; not allowed"
                     .into(),
-            );
+            ));
         }
     }
     Ok(Pass::Plain)
@@ -317,7 +330,7 @@ fn dml(kind: SqlKind, words: &[&Token]) -> Result<Pass, String> {
 
 /// `EXPLAIN [options] statement`: the statement must be one a plugin may run (EXPLAIN ANALYZE
 /// runs it).
-fn explain(kind: SqlKind, words: &[&Token]) -> Result<Pass, String> {
+fn explain(kind: SqlKind, words: &[&Token]) -> Result<Pass, Refused> {
     let mut rest = words;
     loop {
         match rest.first() {
@@ -340,13 +353,15 @@ fn explain(kind: SqlKind, words: &[&Token]) -> Result<Pass, String> {
         Some(w) if DML.contains(&w.as_str()) || w == "REPLACE" || w == "MERGE" || w == "TABLE" => {
             dml(kind, rest)
         }
-        _ => Err("EXPLAIN is allowed only of a query or data change".into()),
+        _ => Err(Refused(
+            "EXPLAIN is allowed only of a query or data change".into(),
+        )),
     }
 }
 
 /// DDL on the plugin's own tables, indexes, views and sequences; nothing temporary (session
 /// state), no code (functions, procedures, triggers, rules) and no other kind of object.
-fn ddl(kind: SqlKind, words: &[&Token]) -> Result<Pass, String> {
+fn ddl(kind: SqlKind, words: &[&Token]) -> Result<Pass, Refused> {
     let verb = keyword(words.first()).unwrap_or_default();
     let mut i = 1;
     if verb == "CREATE" && keyword(words.get(1)).as_deref() == Some("OR") {
@@ -355,10 +370,10 @@ fn ddl(kind: SqlKind, words: &[&Token]) -> Result<Pass, String> {
     let object = loop {
         match keyword(words.get(i)).as_deref() {
             Some("TEMP" | "TEMPORARY" | "GLOBAL" | "LOCAL") => {
-                return Err(format!(
+                return Err(Refused(format!(
                     "{verb} TEMPORARY objects are session state that outlives the message; \
                      not allowed"
-                ));
+                )));
             }
             Some("UNIQUE" | "UNLOGGED" | "MATERIALIZED" | "RECURSIVE" | "FULLTEXT" | "SPATIAL")
                 if verb == "CREATE" || verb == "DROP" || verb == "ALTER" =>
@@ -381,11 +396,13 @@ fn ddl(kind: SqlKind, words: &[&Token]) -> Result<Pass, String> {
     };
     if !allowed {
         let what = object.unwrap_or_default();
-        return Err(format!(
-            "{verb} {what} is not allowed: a plugin may create, alter and drop its own \
+        return Err(Refused(
+            format!(
+                "{verb} {what} is not allowed: a plugin may create, alter and drop its own \
              tables, indexes, views and sequences, nothing else"
-        )
-        .replace("  ", " "));
+            )
+            .replace("  ", " "),
+        ));
     }
     Ok(match kind {
         SqlKind::MySql => Pass::ImplicitCommit,

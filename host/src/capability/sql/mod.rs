@@ -47,6 +47,7 @@ use tracing::Instrument;
 use wasmtime::component::{HasSelf, Linker};
 
 use self::backend::{Conn, Output, Pool, Want};
+pub(crate) use self::error::{CommitError, PingError};
 use self::error::{Failure, classify};
 use self::guard::Pass;
 use self::statement::operation;
@@ -131,11 +132,13 @@ impl Database {
     }
 
     /// Whether the database answers `SELECT 1` within [`PING_TIMEOUT`], for `/readyz`.
-    pub async fn ping(&self) -> Result<(), String> {
+    pub async fn ping(&self) -> Result<(), PingError> {
         let deadline = Instant::now() + PING_TIMEOUT;
         let result = self.connected(deadline, First::Ping).await.map(drop);
         self.down.store(result.is_err(), Ordering::Relaxed);
-        result.map_err(|f| super::reason::without_url(error::message(&f.error), &self.url))
+        result.map_err(|f| PingError {
+            why: super::reason::without_url(error::message(&f.error), &self.url),
+        })
     }
 
     /// A connection that has begun a transaction or answered `SELECT 1`. A pooled connection the server closed since (restart, idle limit) fails
@@ -258,7 +261,9 @@ impl Capability for Instance {
         self.tx = Tx::Idle;
     }
 
-    async fn finish(&mut self, ok: bool) -> Result<(), String> {
+    type Error = CommitError;
+
+    async fn finish(&mut self, ok: bool) -> Result<(), CommitError> {
         self.capture = None;
         let tx = std::mem::take(&mut self.tx);
         let database = self.database.take();
@@ -269,11 +274,10 @@ impl Capability for Instance {
                 rollback(conn).await;
                 Ok(())
             }
-            (Tx::Lost(error), Some(db)) if ok => Err(format!(
-                "[sql.{}] {}",
-                db.recorder.store(),
-                error::message(&error)
-            )),
+            (Tx::Lost(error), Some(db)) if ok => Err(CommitError::Lost {
+                store: db.recorder.store().to_string(),
+                why: error::message(&error).to_string(),
+            }),
             _ => Ok(()),
         }
     }
@@ -332,7 +336,7 @@ impl Instance {
         params: Vec<sql::Value>,
         want: Want,
     ) -> Result<Output, Failure> {
-        let pass = guard::check(db.pool.kind(), statement).map_err(Failure::invalid)?;
+        let pass = guard::check(db.pool.kind(), statement).map_err(|r| Failure::invalid(r.0))?;
         if pass == Pass::ImplicitCommit && self.statements > 0 {
             return Err(Failure::invalid(
                 "on MySQL/MariaDB this statement commits the transaction by itself: run it \
@@ -388,10 +392,10 @@ impl Instance {
 }
 
 /// Commits, bounded by the deadline (at least [`COMMIT_MIN`] from now).
-async fn commit(db: &Database, mut conn: Conn, deadline: Instant) -> Result<(), String> {
-    let name = db.recorder.store().to_string();
+async fn commit(db: &Database, mut conn: Conn, deadline: Instant) -> Result<(), CommitError> {
+    let store = db.recorder.store().to_string();
     if conn.busy() {
-        return Err(format!("[sql.{name}] a statement was cut off; rolled back"));
+        return Err(CommitError::CutOff { store });
     }
     let deadline = deadline.max(Instant::now() + COMMIT_MIN);
     match timeout_at(deadline.into(), conn.commit()).await {
@@ -402,12 +406,12 @@ async fn commit(db: &Database, mut conn: Conn, deadline: Instant) -> Result<(), 
         Ok(Err(e)) => {
             let failure = classify(&e);
             db.health(Some(&failure));
-            Err(format!(
-                "[sql.{name}] commit failed: {}",
-                error::message(&failure.error)
-            ))
+            Err(CommitError::Failed {
+                store,
+                why: error::message(&failure.error).to_string(),
+            })
         }
-        Err(_) => Err(format!("[sql.{name}] commit timed out")),
+        Err(_) => Err(CommitError::TimedOut { store }),
     }
 }
 

@@ -28,7 +28,7 @@ use sqlx::pool::PoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
 use tokio::time::timeout;
 
-use super::outbox::HOST_TABLES;
+use super::guard::{HOST_TABLES, Refused};
 use crate::config::SqlDatabaseConfig;
 
 /// How long SQLite waits for another connection's write lock.
@@ -222,7 +222,7 @@ unsafe extern "C" fn authorize(
     }
     match judge(action, a.as_deref(), b.as_deref()) {
         Ok(()) => ffi::SQLITE_OK,
-        Err(why) => watch.refuse(why),
+        Err(Refused(why)) => watch.refuse(why),
     }
 }
 
@@ -273,7 +273,7 @@ const FUNCTIONS: &[&str] = &[
 ];
 
 /// Whether a plugin's statement may take `action` (SQLite's authorizer codes and arguments).
-fn judge(action: c_int, a: Option<&str>, b: Option<&str>) -> Result<(), String> {
+fn judge(action: c_int, a: Option<&str>, b: Option<&str>) -> Result<(), Refused> {
     use ffi::*;
     let host_table = |name: Option<&str>| {
         name.map(str::to_ascii_lowercase)
@@ -288,40 +288,40 @@ fn judge(action: c_int, a: Option<&str>, b: Option<&str>) -> Result<(), String> 
         _ => host_table(a),
     };
     if let Some(name) = table.filter(|_| action != SQLITE_FUNCTION && action != SQLITE_PRAGMA) {
-        return Err(format!(
+        return Err(Refused(format!(
             "{name} is the host's table (the outbox and inbox of exactly-once delivery): a \
              plugin can neither read nor write it"
-        ));
+        )));
     }
     match action {
-        SQLITE_TRANSACTION | SQLITE_SAVEPOINT => Err(
+        SQLITE_TRANSACTION | SQLITE_SAVEPOINT => Err(Refused(
             "the host owns the message's transaction (committed when the handler answers ok, \
              rolled back otherwise); transaction control is not allowed"
                 .into(),
-        ),
-        SQLITE_ATTACH | SQLITE_DETACH => {
-            Err("ATTACH and DETACH reach past the granted database and are not allowed".into())
-        }
+        )),
+        SQLITE_ATTACH | SQLITE_DETACH => Err(Refused(
+            "ATTACH and DETACH reach past the granted database and are not allowed".into(),
+        )),
         SQLITE_CREATE_TEMP_INDEX
         | SQLITE_CREATE_TEMP_TABLE
         | SQLITE_CREATE_TEMP_TRIGGER
-        | SQLITE_CREATE_TEMP_VIEW => {
-            Err("temporary objects are session state that outlives the message; not allowed".into())
-        }
-        SQLITE_CREATE_TRIGGER => Err("a plugin cannot create triggers".into()),
+        | SQLITE_CREATE_TEMP_VIEW => Err(Refused(
+            "temporary objects are session state that outlives the message; not allowed".into(),
+        )),
+        SQLITE_CREATE_TRIGGER => Err(Refused("a plugin cannot create triggers".into())),
         SQLITE_CREATE_VTABLE | SQLITE_DROP_VTABLE => match b {
             Some(m) if MODULES.contains(&m.to_ascii_lowercase().as_str()) => Ok(()),
-            m => Err(format!(
+            m => Err(Refused(format!(
                 "virtual tables of module {} are not allowed (only {})",
                 m.unwrap_or("?"),
                 MODULES.join(", ")
-            )),
+            ))),
         },
         SQLITE_PRAGMA => pragma(a.unwrap_or(""), b),
         SQLITE_FUNCTION => match b.map(str::to_ascii_lowercase) {
-            Some(f) if FUNCTIONS.contains(&f.as_str()) => Err(format!(
+            Some(f) if FUNCTIONS.contains(&f.as_str()) => Err(Refused(format!(
                 "{f}() reaches past the granted database and is not allowed"
-            )),
+            ))),
             _ => Ok(()),
         },
         _ => Ok(()),
@@ -330,15 +330,15 @@ fn judge(action: c_int, a: Option<&str>, b: Option<&str>) -> Result<(), String> 
 
 /// A PRAGMA is allowed only if it is in [`PRAGMAS`] and only reads: no value, or an object's
 /// name where it takes one.
-fn pragma(name: &str, argument: Option<&str>) -> Result<(), String> {
+fn pragma(name: &str, argument: Option<&str>) -> Result<(), Refused> {
     let name = name.to_ascii_lowercase();
     match PRAGMAS.iter().find(|(p, _)| *p == name) {
         Some((_, takes_name)) if argument.is_none() || *takes_name => Ok(()),
-        _ => Err(format!(
+        _ => Err(Refused(format!(
             "PRAGMA {name}{} changes the connection or reaches past the database; a plugin may \
              run only read-only PRAGMAs (table_info, index_list, ...)",
             argument.map(|a| format!(" = {a}")).unwrap_or_default()
-        )),
+        ))),
     }
 }
 

@@ -56,15 +56,32 @@ fn write_time_of_day(out: &mut String, micros: i64) {
     );
 }
 
-fn take<const N: usize>(bytes: &[u8], at: usize) -> Result<[u8; N], String> {
+/// A value whose bytes do not have the shape of its type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum BadBytes {
+    #[error("expected at least {need} bytes, got {got}")]
+    Short { need: usize, got: usize },
+    /// No length byte (MySQL): `what` is `date` or `time`.
+    #[error("empty {what} value")]
+    Empty { what: &'static str },
+    #[error("date value of {got} bytes, expected {need}")]
+    Date { got: usize, need: usize },
+    #[error("time value of {got} bytes")]
+    Time { got: usize },
+}
+
+fn take<const N: usize>(bytes: &[u8], at: usize) -> Result<[u8; N], BadBytes> {
     bytes
         .get(at..at + N)
         .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| format!("expected at least {} bytes, got {}", at + N, bytes.len()))
+        .ok_or(BadBytes::Short {
+            need: at + N,
+            got: bytes.len(),
+        })
 }
 
 /// PostgreSQL DATE (binary: days since 2000-01-01).
-pub(super) fn pg_date(bytes: &[u8]) -> Result<String, String> {
+pub(super) fn pg_date(bytes: &[u8]) -> Result<String, BadBytes> {
     let days = i32::from_be_bytes(take(bytes, 0)?);
     Ok(match days {
         i32::MAX => "infinity".into(),
@@ -80,7 +97,7 @@ pub(super) fn pg_date(bytes: &[u8]) -> Result<String, String> {
 
 /// PostgreSQL TIMESTAMP / TIMESTAMPTZ (binary: microseconds since 2000-01-01 00:00, UTC for
 /// TIMESTAMPTZ, which gets a `Z`).
-pub(super) fn pg_timestamp(bytes: &[u8], utc: bool) -> Result<String, String> {
+pub(super) fn pg_timestamp(bytes: &[u8], utc: bool) -> Result<String, BadBytes> {
     let micros = i64::from_be_bytes(take(bytes, 0)?);
     Ok(match micros {
         i64::MAX => "infinity".into(),
@@ -101,7 +118,7 @@ pub(super) fn pg_timestamp(bytes: &[u8], utc: bool) -> Result<String, String> {
 
 /// PostgreSQL TIME (microseconds since midnight) and TIMETZ (the same and the zone's offset in
 /// seconds west of UTC).
-pub(super) fn pg_time(bytes: &[u8], with_zone: bool) -> Result<String, String> {
+pub(super) fn pg_time(bytes: &[u8], with_zone: bool) -> Result<String, BadBytes> {
     let micros = i64::from_be_bytes(take(bytes, 0)?);
     let mut out = String::with_capacity(21);
     // 24:00:00 is a valid TIME; keep it rather than wrapping to 00:00:00.
@@ -124,7 +141,7 @@ pub(super) fn pg_time(bytes: &[u8], with_zone: bool) -> Result<String, String> {
 
 /// PostgreSQL INTERVAL (microseconds, days, months) as an ISO 8601 duration, each part with
 /// its own sign as PostgreSQL's `iso_8601` style writes it (`P1Y2M-3DT4H5M6.5S`).
-pub(super) fn pg_interval(bytes: &[u8]) -> Result<String, String> {
+pub(super) fn pg_interval(bytes: &[u8]) -> Result<String, BadBytes> {
     let micros = i64::from_be_bytes(take(bytes, 0)?);
     let days = i32::from_be_bytes(take(bytes, 8)?);
     let months = i32::from_be_bytes(take(bytes, 12)?);
@@ -161,7 +178,7 @@ pub(super) fn pg_interval(bytes: &[u8]) -> Result<String, String> {
 
 /// PostgreSQL NUMERIC (binary: digit count, weight, sign, display scale, base-10000 digits) as
 /// plain decimal text with the column's scale: `-12.50`, `NaN`, `Infinity`.
-pub(super) fn pg_numeric(bytes: &[u8]) -> Result<String, String> {
+pub(super) fn pg_numeric(bytes: &[u8]) -> Result<String, BadBytes> {
     let ndigits = usize::from(u16::from_be_bytes(take(bytes, 0)?));
     let weight = i64::from(i16::from_be_bytes(take(bytes, 2)?));
     let sign = u16::from_be_bytes(take(bytes, 4)?);
@@ -207,7 +224,7 @@ pub(super) fn pg_numeric(bytes: &[u8]) -> Result<String, String> {
 }
 
 /// PostgreSQL UUID (16 bytes) in its usual hyphenated form.
-pub(super) fn pg_uuid(bytes: &[u8]) -> Result<String, String> {
+pub(super) fn pg_uuid(bytes: &[u8]) -> Result<String, BadBytes> {
     let b: [u8; 16] = take(bytes, 0)?;
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
     Ok(format!(
@@ -223,15 +240,14 @@ pub(super) fn pg_uuid(bytes: &[u8]) -> Result<String, String> {
 /// MySQL binary DATE, DATETIME and TIMESTAMP: a length byte (0, 4, 7 or 11), then year (u16
 /// little-endian), month, day, hour, minute, second, microseconds (u32). The zero date comes
 /// back as `0000-00-00`.
-pub(super) fn mysql_datetime(bytes: &[u8], date_only: bool) -> Result<String, String> {
-    let len = usize::from(*bytes.first().ok_or("empty date value")?);
+pub(super) fn mysql_datetime(bytes: &[u8], date_only: bool) -> Result<String, BadBytes> {
+    let len = usize::from(*bytes.first().ok_or(BadBytes::Empty { what: "date" })?);
     let field = |i: usize| bytes.get(1 + i).copied().map_or(0, u64::from);
     if bytes.len() < 1 + len {
-        return Err(format!(
-            "date value of {} bytes, expected {}",
-            bytes.len(),
-            1 + len
-        ));
+        return Err(BadBytes::Date {
+            got: bytes.len(),
+            need: 1 + len,
+        });
     }
     let year = if len >= 2 {
         i64::from(u16::from_le_bytes([bytes[1], bytes[2]]))
@@ -254,13 +270,13 @@ pub(super) fn mysql_datetime(bytes: &[u8], date_only: bool) -> Result<String, St
 
 /// MySQL binary TIME: a length byte (0, 8 or 12), sign, days (u32), hours, minutes, seconds,
 /// microseconds (u32). TIME is a signed duration up to 838:59:59, so hours may pass 24.
-pub(super) fn mysql_time(bytes: &[u8]) -> Result<String, String> {
-    let len = usize::from(*bytes.first().ok_or("empty time value")?);
+pub(super) fn mysql_time(bytes: &[u8]) -> Result<String, BadBytes> {
+    let len = usize::from(*bytes.first().ok_or(BadBytes::Empty { what: "time" })?);
     if len == 0 {
         return Ok("00:00:00".into());
     }
     if len < 8 || bytes.len() < 1 + len {
-        return Err(format!("time value of {} bytes", bytes.len()));
+        return Err(BadBytes::Time { got: bytes.len() });
     }
     let negative = bytes[1] == 1;
     let days = u64::from(u32::from_le_bytes(take(bytes, 2)?));

@@ -119,8 +119,10 @@ pub(super) fn columns<R: Row>(row: &R) -> Vec<String> {
     row.columns().iter().map(|c| c.name().to_string()).collect()
 }
 
-fn decode<'r, DB: sqlx::Database, T: Decode<'r, DB>>(value: DB::ValueRef<'r>) -> Result<T, String> {
-    T::decode(value).map_err(|e| e.to_string())
+fn decode<'r, DB: sqlx::Database, T: Decode<'r, DB>>(
+    value: DB::ValueRef<'r>,
+) -> Result<T, ReadError> {
+    T::decode(value).map_err(|e| ReadError::Bad(e.to_string()))
 }
 
 /// The values of a SQLite row, by each value's storage class; a column declared BOOLEAN reads
@@ -265,8 +267,14 @@ impl From<String> for ReadError {
     }
 }
 
-fn text_of(bytes: &[u8]) -> Result<String, String> {
-    String::from_utf8(bytes.to_vec()).map_err(|e| e.to_string())
+impl From<text::BadBytes> for ReadError {
+    fn from(why: text::BadBytes) -> ReadError {
+        ReadError::Bad(why.to_string())
+    }
+}
+
+fn text_of(bytes: &[u8]) -> Result<String, ReadError> {
+    String::from_utf8(bytes.to_vec()).map_err(|e| ReadError::Bad(e.to_string()))
 }
 
 /// Why a column cannot be read, and the cast that reads it.

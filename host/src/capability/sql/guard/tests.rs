@@ -7,7 +7,7 @@ const ALL: [SqlKind; 3] = [Sqlite, Postgres, MySql];
 
 fn refused(kind: SqlKind, sql: &str) -> String {
     match check(kind, sql) {
-        Err(why) => why,
+        Err(why) => why.0,
         Ok(pass) => panic!("{kind:?} let through {sql:?} ({pass:?})"),
     }
 }

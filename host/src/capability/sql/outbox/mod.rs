@@ -20,10 +20,6 @@ mod schema;
 
 pub(in crate::capability::sql) use schema::Schema;
 
-/// The beginnings of the names of the host's tables and indexes in a subscription's database
-/// (lower case), which a plugin's statements cannot name or touch (`guard.rs`, `sqlite.rs`).
-pub(in crate::capability::sql) const HOST_TABLES: &[&str] = &["worker_inbox", "worker_outbox"];
-
 /// How long one outbox operation outside a message may take.
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -106,7 +102,9 @@ impl Database {
     }
 
     async fn commit_now(&self, conn: Conn) -> Result<(), OutboxError> {
-        Ok(commit(self, conn, Instant::now() + OPERATION_TIMEOUT).await?)
+        commit(self, conn, Instant::now() + OPERATION_TIMEOUT)
+            .await
+            .map_err(|e| OutboxError(e.to_string()))
     }
 
     fn describe(&self, f: &Failure) -> String {
@@ -388,7 +386,10 @@ impl Instance {
         record: Option<&Record>,
     ) -> Result<(), RecordError> {
         let (true, Some(record), Some(db)) = (ok, record, self.database.clone()) else {
-            return self.finish(ok).await.map_err(RecordError::Failed);
+            return self
+                .finish(ok)
+                .await
+                .map_err(|e| RecordError::Failed(e.to_string()));
         };
         let deadline = self.deadline.take().unwrap_or_else(Instant::now);
         // The handler may have used its time: recording gets what a commit gets.
@@ -429,6 +430,8 @@ impl Instance {
             rollback(conn).await;
             return Err(e);
         }
-        commit(&db, conn, deadline).await.map_err(failed)
+        commit(&db, conn, deadline)
+            .await
+            .map_err(|e| failed(e.to_string()))
     }
 }

@@ -195,9 +195,14 @@ pub(super) fn assert_values(got: &[Value], want: &[Value]) {
     assert_eq!(format!("{got:?}"), format!("{want:?}"));
 }
 
-/// A result with its error as text, to compare (the generated error has no `PartialEq`).
-pub(super) fn e<T>(result: Result<T, SqlError>) -> Result<T, String> {
-    result.map_err(|e| format!("{e:?}"))
+/// A statement's error as its `Debug` text, to compare (the generated error has no
+/// `PartialEq`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Shown(String);
+
+/// A result with its error shown, to compare.
+pub(super) fn e<T>(result: Result<T, SqlError>) -> Result<T, Shown> {
+    result.map_err(|e| Shown(format!("{e:?}")))
 }
 
 #[track_caller]

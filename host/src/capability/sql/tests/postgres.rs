@@ -248,7 +248,11 @@ async fn a_refused_commit_is_an_error() {
             Ok(1)
         );
     }
-    let why = m.finish(true).await.expect_err("the commit must fail");
+    let why = m
+        .finish(true)
+        .await
+        .expect_err("the commit must fail")
+        .to_string();
     assert!(
         why.contains("commit failed") && why.contains("duplicate key"),
         "{why}"
