@@ -6,6 +6,7 @@
 
 mod api;
 mod conns;
+mod console;
 mod guard;
 mod page;
 mod views;
@@ -30,8 +31,8 @@ use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
 use crate::reload::PluginSet;
-pub(crate) use api::Console;
 use conns::{Conns, Ticket};
+pub(crate) use console::Console;
 use guard::Guard;
 
 /// Most connections open at once; when full, the one idle the longest is closed for a new one.

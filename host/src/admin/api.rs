@@ -16,28 +16,16 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
+use super::console::{BODY_BYTES, Console, bad_request, failure, json_lines, try_plugin};
 use super::error_answer as error;
 use super::guard::{self, Guard, JSON, JSON_OR_WASM};
 use super::views;
-use crate::capability::Capabilities;
-use crate::config::Config;
-use crate::failed::{self, FailedError, Selection, Trial};
-use crate::reload::PluginSet;
-
-/// What the API works on: the service's config, its plugins and its open stores.
-#[derive(Clone)]
-pub(crate) struct Console {
-    pub config: Arc<Config>,
-    pub plugins: PluginSet,
-    pub capabilities: Arc<Capabilities>,
-}
+use crate::failed::{self, Selection};
 
 /// Messages a listing returns when it names no limit.
 const PAGE: u64 = 100;
 /// The most messages one listing returns: each may show 64 KiB of body.
 const MAX_PAGE: u64 = 1000;
-/// Bytes of each body a listing shows.
-pub(super) const BODY_BYTES: usize = 64 << 10;
 /// API requests answered at once. Each opens a broker connection and may take a minute; the
 /// listener keeps room for the probes among its connections.
 const AT_ONCE: usize = 4;
@@ -103,25 +91,6 @@ async fn one_upload(State(one): State<Arc<Semaphore>>, request: Request, next: N
     }
 }
 
-/// An error of a `failed` action as a response: a refused edit 400, unknown queues and ids 404,
-/// a broker that cannot be reached 503, anything else 500; always with the reason.
-pub(super) fn failure(err: &anyhow::Error) -> Response {
-    let text = format!("{err:#}");
-    if err
-        .chain()
-        .any(|e| matches!(e.downcast_ref(), Some(FailedError::BadEdit(_))))
-    {
-        return error(StatusCode::BAD_REQUEST, &text);
-    }
-    if err.chain().any(|e| e.is::<FailedError>()) {
-        return error(StatusCode::NOT_FOUND, &text);
-    }
-    if err.chain().any(|e| e.is::<crate::broker::Unreachable>()) {
-        return error(StatusCode::SERVICE_UNAVAILABLE, &text);
-    }
-    error(StatusCode::INTERNAL_SERVER_ERROR, &text)
-}
-
 /// `GET /api/failed`: every subscription with its failed queue and how many messages wait.
 async fn queues(State(console): State<Console>) -> Response {
     match failed::counts(&console.config).await {
@@ -165,13 +134,6 @@ async fn messages(
     }
 }
 
-fn json_lines(out: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(out)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 /// Which messages an action takes, as JSON: `{"ids": [...]}`, `{"reason": "..."}`,
 /// `{"limit": N}` or `{"all": true}`.
 #[derive(Debug, Default, Deserialize)]
@@ -208,10 +170,6 @@ impl Pick {
 fn pick(body: &[u8]) -> Result<Selection, String> {
     let pick: Pick = serde_json::from_slice(body).map_err(|e| format!("bad selection: {e}"))?;
     pick.selection().map_err(str::to_string)
-}
-
-pub(super) fn bad_request(why: &str) -> Response {
-    error(StatusCode::BAD_REQUEST, why)
 }
 
 fn report(report: anyhow::Result<failed::Report>) -> Response {
@@ -307,36 +265,6 @@ async fn dry_run(
     match try_plugin(&console, &queue, upload, &selection).await {
         Ok(results) => axum::Json(json!({ "results": results })).into_response(),
         Err(response) => response,
-    }
-}
-
-/// Dry-runs the selected messages of `queue` through its subscription's plugin, or through
-/// `upload` (a `.wasm`, checked like any plugin); the results, or the answer saying why not.
-pub(super) async fn try_plugin(
-    console: &Console,
-    queue: &str,
-    upload: Option<Vec<u8>>,
-    selection: &Selection,
-) -> Result<Vec<Value>, Response> {
-    let sub = failed::subscription(&console.config, queue).map_err(|e| failure(&e.into()))?;
-    let plugin = match upload {
-        Some(bytes) => console.plugins.load_bytes("upload.wasm", bytes).await,
-        None => console
-            .plugins
-            .slot(&sub.plugin_path)
-            .await
-            .map(|slot| slot.load_full()),
-    };
-    let plugin = plugin.map_err(|err| error(StatusCode::BAD_REQUEST, &format!("{err:#}")))?;
-    let granted = console.capabilities.grant(sub);
-    let trial = Trial {
-        plugin: &plugin,
-        granted: &granted,
-    };
-    let mut out = Vec::new();
-    match failed::dry_run(&console.config, queue, &trial, selection, &mut out).await {
-        Ok(_) => Ok(json_lines(&out)),
-        Err(err) => Err(failure(&err)),
     }
 }
 

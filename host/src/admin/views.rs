@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::api::{BODY_BYTES, Console, bad_request, failure, try_plugin};
+use super::console::{BODY_BYTES, Console, bad_request, failure, try_plugin};
 use super::error_answer as error;
 use super::guard::{self, JSON};
 use crate::failed::{self, Selection};

@@ -14,7 +14,6 @@ use tracing::Instrument;
 
 use super::Subscriber;
 use super::delivery::Received;
-use super::precheck::Precheck;
 use super::settle::Settler;
 use crate::outbox::Outbound;
 use crate::outcome::Decision;
@@ -29,6 +28,14 @@ pub(super) struct Verdict {
     pub correlation: Option<String>,
     /// How long the plugin took, when it answered (only its answers count for `pause_after`).
     pub elapsed: Option<Duration>,
+}
+
+/// What the precheck leaves to do.
+pub(super) enum Precheck {
+    /// Decided without the plugin.
+    Decided(Verdict),
+    /// Call the plugin.
+    Call,
 }
 
 impl Verdict {

@@ -5,19 +5,11 @@
 
 use super::Subscriber;
 use super::delivery::{Received, identity};
-use super::pipeline::Verdict;
+use super::pipeline::{Precheck, Verdict};
 use crate::outbox::Check;
 use crate::outcome::{self, Decision, FailedReason};
 use crate::plugin::Input;
 use crate::poison;
-
-/// What the precheck leaves to do.
-pub(super) enum Precheck {
-    /// Decided without the plugin.
-    Decided(Verdict),
-    /// Call the plugin.
-    Call,
-}
 
 impl Subscriber {
     /// Decides what needs no plugin call; a parked delivery is not counted as a call.

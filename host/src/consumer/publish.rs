@@ -20,8 +20,8 @@ use super::pipeline::Verdict;
 use super::{Link, Subscriber};
 use crate::broker::{self, PERSISTENT, PublishError};
 use crate::delay::Delayer;
-use crate::outbox::{Failpoint, Outbound};
 use crate::headers::{self, Stamp};
+use crate::outbox::{Failpoint, Outbound};
 use crate::outcome::{self, Decision, FailedReason};
 use crate::plugin::{Input, Plugin};
 

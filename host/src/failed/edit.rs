@@ -15,7 +15,7 @@ use super::select::{Selection, Walk};
 use super::{AUDIT_TARGET, FailedError};
 use crate::broker::{self, publish_confirmed};
 use crate::config::Config;
-use crate::outcome;
+use crate::headers;
 
 /// Header of an edited copy: the id of the message it was made from.
 pub const EDITED_FROM: &str = "worker-edited-from";
@@ -131,17 +131,17 @@ fn edited(
         .unwrap_or_default();
     let before = headers.clone();
     for name in edit.set_headers.keys().chain(&edit.remove_headers) {
-        if outcome::broker_owned(name) || name == EDITED_FROM {
+        if headers::broker_owned(name) || name == EDITED_FROM {
             return Err(FailedError::BadEdit(format!("header {name:?} is not editable")).into());
         }
     }
     headers.retain(|name, _| !edit.remove_headers.iter().any(|r| r == name.as_str()));
     for (name, value) in &edit.set_headers {
-        headers.insert(name.as_str().into(), outcome::text(value));
+        headers.insert(name.as_str().into(), headers::text(value));
     }
     let copy = copy_id(id);
     let diff = diff(&before, &headers, body, &new_body);
-    headers.insert(EDITED_FROM.into(), outcome::text(id));
+    headers.insert(EDITED_FROM.into(), headers::text(id));
     let props = super::replay::replayed(&original.clone().with_headers(FieldTable::from(headers)))
         .with_message_id(copy.as_str().into());
     Ok((props, new_body, Edited { id: copy, diff }))
@@ -211,10 +211,10 @@ mod tests {
     #[test]
     fn an_edit_keeps_json_json_and_says_what_changed() {
         let mut h = FieldTable::default();
-        h.insert("keep".into(), outcome::text("k"));
-        h.insert("drop".into(), outcome::text("d"));
+        h.insert("keep".into(), headers::text("k"));
+        h.insert("drop".into(), headers::text("d"));
         h.insert(
-            outcome::ATTEMPTS.into(),
+            headers::ATTEMPTS.into(),
             lapin::types::AMQPValue::LongLongInt(3),
         );
         let props = BasicProperties::default().with_headers(h);
@@ -232,11 +232,11 @@ mod tests {
         assert_eq!(body, br#"{"a": 2}"#);
         assert_eq!(done.id, "m.edit1");
         assert_eq!(done.diff, "body 8 -> 8 bytes; headers +new -drop");
-        let rendered: BTreeMap<_, _> = outcome::render_headers(props.headers().as_ref())
+        let rendered: BTreeMap<_, _> = headers::render_headers(props.headers().as_ref())
             .into_iter()
             .collect();
         assert_eq!(rendered[EDITED_FROM], "m");
-        assert_eq!(rendered[outcome::ATTEMPTS], "0");
+        assert_eq!(rendered[headers::ATTEMPTS], "0");
         assert_eq!(
             props.message_id().as_ref().map(|s| s.as_str()),
             Some("m.edit1")

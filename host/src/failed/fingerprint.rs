@@ -1,6 +1,11 @@
 //! The fingerprint of a parked message's cause: its `worker-error` with what varies from one
 //! message to the next (numbers, ids, UUIDs, hex, quoted values) masked as `*`, so that two
-//! thousand duplicate keys with as many key values make one failure group, not two thousand.
+//! thousand duplicate keys with as many key values make one failure group, not two thousand;
+//! and the id of a group, over the fingerprint and the plugin version.
+
+use sha2::{Digest, Sha256};
+
+use super::parked::Parked;
 
 /// Characters of a fingerprint kept: causes can be long (a plugin's whole report), and the
 /// start tells them apart.
@@ -113,6 +118,31 @@ fn is_hex_id(token: &str) -> bool {
         return hex(rest);
     }
     token.len() >= HEX_ID && hex(token) && token.chars().any(|c| c.is_ascii_digit())
+}
+
+/// Hex characters of a group id.
+const ID_HEX: usize = 16;
+
+/// The id of the group of `parked`: `g-` and 16 hex of SHA-256 over the fingerprint of its
+/// cause and its plugin version, so the same cause of the same build has one id in every queue
+/// and on every listing.
+pub(crate) fn id_of(parked: &Parked) -> String {
+    let print = fingerprint(parked.cause.as_deref().unwrap_or_default());
+    id(
+        &print,
+        parked.plugin.as_deref(),
+        parked.plugin_sha256.as_deref(),
+    )
+}
+
+fn id(print: &str, plugin: Option<&str>, sha: Option<&str>) -> String {
+    let mut hasher = Sha256::new();
+    for part in [Some(print), plugin, sha] {
+        hasher.update(part.unwrap_or_default().as_bytes());
+        hasher.update([0]);
+    }
+    let hex = hex::encode(hasher.finalize());
+    format!("g-{}", &hex[..ID_HEX])
 }
 
 #[cfg(test)]

@@ -6,43 +6,17 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-use super::fingerprint::fingerprint;
+use super::fingerprint::{fingerprint, id_of};
 use super::list::describe_picked;
 use super::parked::Parked;
 use super::scan::{Covered, scan};
 use super::select::Picked;
 use crate::config::Config;
-use crate::outcome;
+use crate::headers;
 
 /// Groups one listing keeps; messages of further groups are only counted.
 pub(crate) const MAX_GROUPS: usize = 1000;
-
-/// Hex characters of a group id.
-const ID_HEX: usize = 16;
-
-/// The id of the group of `parked`: `g-` and 16 hex of SHA-256 over the fingerprint of its
-/// cause and its plugin version, so the same cause of the same build has one id in every queue
-/// and on every listing.
-pub(crate) fn id_of(parked: &Parked) -> String {
-    let print = fingerprint(parked.cause.as_deref().unwrap_or_default());
-    id(
-        &print,
-        parked.plugin.as_deref(),
-        parked.plugin_sha256.as_deref(),
-    )
-}
-
-fn id(print: &str, plugin: Option<&str>, sha: Option<&str>) -> String {
-    let mut hasher = Sha256::new();
-    for part in [Some(print), plugin, sha] {
-        hasher.update(part.unwrap_or_default().as_bytes());
-        hasher.update([0]);
-    }
-    let hex = hex::encode(hasher.finalize());
-    format!("g-{}", &hex[..ID_HEX])
-}
 
 /// One failure group as the API shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -106,8 +80,8 @@ impl Grouper {
         let parked = &picked.parked;
         let headers = picked.message.delivery.properties.headers().as_ref();
         let at = headers
-            .and_then(|h| h.inner().get(outcome::FAILED_AT))
-            .and_then(outcome::text_of)
+            .and_then(|h| h.inner().get(headers::FAILED_AT))
+            .and_then(headers::text_of)
             .map(str::to_string);
         self.count(queue, parked, at, example);
     }

@@ -9,7 +9,7 @@ use super::list::describe_picked;
 use super::scan::{Covered, scan};
 use super::select::Picked;
 use crate::config::Config;
-use crate::outcome;
+use crate::headers;
 
 /// What a search found.
 #[derive(Debug, Serialize)]
@@ -97,7 +97,7 @@ impl Query {
     }
 
     fn headers(&self, headers: Option<&FieldTable>) -> Vec<String> {
-        outcome::render_headers(headers)
+        headers::render_headers(headers)
             .into_iter()
             .filter(|(_, value)| self.finds(value))
             .map(|(name, _)| format!("header:{name}"))
@@ -121,8 +121,8 @@ mod tests {
     fn headers_are_searched_case_insensitively() {
         let q = Query::new("ORDER-4711").expect("a query");
         let mut h = FieldTable::default();
-        h.insert("customer".into(), outcome::text("c-1"));
-        h.insert("ref".into(), outcome::text("see order-4711 now"));
+        h.insert("customer".into(), headers::text("c-1"));
+        h.insert("ref".into(), headers::text("see order-4711 now"));
         assert_eq!(q.headers(Some(&h)), ["header:ref"]);
         assert!(q.headers(None).is_empty());
         assert!(q.finds("Order-4711"));

@@ -52,7 +52,7 @@ impl Selection {
                         .as_deref()
                         .is_some_and(|c| c.contains(text.as_str()))
             }
-            Selection::Group(group) => super::groups::id_of(parked) == *group,
+            Selection::Group(group) => super::fingerprint::id_of(parked) == *group,
         }
     }
 

@@ -87,7 +87,7 @@ async fn edit_replays_a_copy_under_a_new_id_and_removes_the_original_with_an_aud
         props.message_id().as_ref().map(|m| m.as_str()),
         Some("m1.edit1")
     );
-    let headers = worker_host::outcome::render_headers(props.headers().as_ref());
+    let headers = worker_host::headers::render_headers(props.headers().as_ref());
     assert!(
         headers.contains(&(failed::EDITED_FROM.into(), "m1".into())),
         "{headers:?}"
