@@ -56,7 +56,7 @@ struct AppState {
 }
 
 /// Binds `listen` now (so a taken port is a startup error) and serves until `cancel`.
-pub async fn serve(
+pub(crate) async fn serve(
     listen: SocketAddr,
     metrics: Arc<Metrics>,
     console: Console,

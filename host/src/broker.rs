@@ -18,7 +18,7 @@ use crate::telemetry;
 /// No broker URL answered; commands exit with code 2 for this.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot reach RabbitMQ at {urls}: {last}")]
-pub struct Unreachable {
+pub(crate) struct Unreachable {
     /// The URLs tried, with passwords hidden.
     pub urls: String,
     /// The last error seen.
@@ -27,7 +27,7 @@ pub struct Unreachable {
 
 /// Capped exponential backoff with full jitter.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     attempt: u32,
     base: Duration,
     cap: Duration,
@@ -45,7 +45,7 @@ impl Default for Backoff {
 
 impl Backoff {
     /// The next wait: random in [base/2, min(cap, base * 2^attempt)].
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let exp = self.base.saturating_mul(1u32 << self.attempt.min(16));
         let top = exp.min(self.cap);
         self.attempt = self.attempt.saturating_add(1);
@@ -57,14 +57,14 @@ impl Backoff {
     }
 
     /// Called once a connection works again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.attempt = 0;
     }
 }
 
 /// A lapin error as one line: the broker's own text for protocol errors (lapin's Display and
 /// its source repeat it), else lapin's.
-pub fn describe(err: &lapin::Error) -> String {
+pub(crate) fn describe(err: &lapin::Error) -> String {
     match err.kind() {
         lapin::ErrorKind::ProtocolError(amqp) => amqp.get_message().as_str().to_string(),
         _ => err.to_string(),
@@ -72,16 +72,16 @@ pub fn describe(err: &lapin::Error) -> String {
 }
 
 /// AMQP delivery mode 2: every message the host publishes survives a broker restart.
-pub const PERSISTENT: u8 = 2;
+pub(crate) const PERSISTENT: u8 = 2;
 
 /// True for an error that closed a channel but not the connection (RabbitMQ's soft errors:
 /// NOT_FOUND, ACCESS_REFUSED, PRECONDITION_FAILED, RESOURCE_LOCKED, ...).
-pub fn is_channel_error(err: &lapin::Error) -> bool {
+pub(crate) fn is_channel_error(err: &lapin::Error) -> bool {
     err.is_amqp_soft_error()
 }
 
 /// RabbitMQ's 404 NOT_FOUND (a missing queue or exchange).
-pub fn is_not_found(err: &lapin::Error) -> bool {
+pub(crate) fn is_not_found(err: &lapin::Error) -> bool {
     use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
     matches!(
         err.kind(),
@@ -153,7 +153,7 @@ impl PublishError {
 
 /// Publishes and waits for the broker's confirm (the channel must be in confirm mode). With
 /// `mandatory`, an unroutable message is an error, not a silent drop.
-pub async fn publish_confirmed(
+pub(crate) async fn publish_confirmed(
     channel: &Channel,
     exchange: &str,
     routing_key: &str,
@@ -209,7 +209,10 @@ async fn publish(
 
 /// Whether `exchange` exists, asked with a passive declare on a throwaway channel (a missing
 /// one closes it, so no channel in use is affected).
-pub async fn exchange_exists(conn: &Connection, exchange: &str) -> Result<bool, lapin::Error> {
+pub(crate) async fn exchange_exists(
+    conn: &Connection,
+    exchange: &str,
+) -> Result<bool, lapin::Error> {
     let probe = conn.create_channel().await?;
     let passive = ExchangeDeclareOptions {
         passive: true,
@@ -230,7 +233,7 @@ pub async fn exchange_exists(conn: &Connection, exchange: &str) -> Result<bool, 
 }
 
 /// Opens a channel in confirm mode.
-pub async fn confirm_channel(conn: &Connection) -> Result<Channel, lapin::Error> {
+pub(crate) async fn confirm_channel(conn: &Connection) -> Result<Channel, lapin::Error> {
     let channel = conn.create_channel().await?;
     channel
         .confirm_select(ConfirmSelectOptions::default())
@@ -284,7 +287,7 @@ impl Blocked {
 ///
 /// While the broker blocks publishing ([`Blocked`]) it hands out no channel: every publish of
 /// the service gets its channel here right before writing, so none is written then.
-pub struct Publisher {
+pub(crate) struct Publisher {
     conn: Arc<Connection>,
     blocked: Blocked,
     current: Mutex<Option<Channel>>,
@@ -296,7 +299,7 @@ pub struct Publisher {
 
 impl Publisher {
     /// A publisher on `conn`, holding back while `blocked`; the channel opens on first use.
-    pub fn new(conn: Arc<Connection>, blocked: Blocked) -> Publisher {
+    pub(crate) fn new(conn: Arc<Connection>, blocked: Blocked) -> Publisher {
         Publisher {
             conn,
             blocked,
@@ -308,7 +311,7 @@ impl Publisher {
 
     /// Ok if `exchange` exists (asked once, then remembered); `ChannelClosed` with the broker's
     /// reason if it does not.
-    pub async fn check_exchange(&self, exchange: &str) -> Result<(), PublishError> {
+    pub(crate) async fn check_exchange(&self, exchange: &str) -> Result<(), PublishError> {
         if exchange.is_empty() || self.known().contains(exchange) {
             return Ok(());
         }
@@ -331,7 +334,7 @@ impl Publisher {
     }
 
     /// Forgets which exchanges exist (one was deleted under a publish).
-    pub fn forget_exchanges(&self) {
+    pub(crate) fn forget_exchanges(&self) {
         self.known().clear();
     }
 
@@ -341,18 +344,18 @@ impl Publisher {
     }
 
     /// The connection it publishes on.
-    pub fn conn(&self) -> &Connection {
+    pub(crate) fn conn(&self) -> &Connection {
         &self.conn
     }
 
     /// Returns once the broker does not block publishing (see [`Blocked::lifted`]).
-    pub async fn unblocked(&self) {
+    pub(crate) async fn unblocked(&self) {
         self.blocked.lifted().await;
     }
 
     /// The open channel, reopened if the broker closed it; once the broker does not block
     /// publishing.
-    pub async fn channel(&self) -> Result<Channel, lapin::Error> {
+    pub(crate) async fn channel(&self) -> Result<Channel, lapin::Error> {
         self.unblocked().await;
         if let Some(channel) = self.open_channel() {
             return Ok(channel);
@@ -380,7 +383,7 @@ impl Publisher {
 
     /// The open channel, as a publish error when none can be opened (for callers that go on
     /// with [`publish_confirmed`]).
-    pub async fn confirm_channel(&self) -> Result<Channel, PublishError> {
+    pub(crate) async fn confirm_channel(&self) -> Result<Channel, PublishError> {
         self.channel().await.map_err(|e| PublishError::Broken {
             exchange: String::new(),
             text: format!("cannot open a publisher channel: {}", describe(&e)),
@@ -388,7 +391,7 @@ impl Publisher {
     }
 
     /// Closes the shared channel, if open.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         let channel = self.lock().take();
         if let Some(channel) = channel {
             let _ = channel.close(200, "bye".into()).await;
@@ -397,7 +400,7 @@ impl Publisher {
 }
 
 /// Hides the passwords of an AMQP URL for logs and errors (see [`crate::config::redact_url`]).
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     crate::config::redact_url(url)
 }
 
@@ -407,7 +410,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Tries each URL once, in turn. Processes start at different URLs (by process id), so many
 /// hosts given one cluster's list spread their connections over its nodes.
-pub async fn connect_once(urls: &[String], name: &str) -> Result<Connection, Unreachable> {
+pub(crate) async fn connect_once(urls: &[String], name: &str) -> Result<Connection, Unreachable> {
     let mut last = String::from("no broker URL configured");
     let first = std::process::id() as usize % urls.len().max(1);
     for url in urls.iter().cycle().skip(first).take(urls.len()) {
@@ -436,7 +439,11 @@ pub async fn connect_once(urls: &[String], name: &str) -> Result<Connection, Unr
 
 /// Tries the URLs in turn until one answers, waiting with backoff between rounds. Only
 /// cancellation (dropping the future) stops it.
-pub async fn connect_forever(urls: &[String], name: &str, backoff: &mut Backoff) -> Connection {
+pub(crate) async fn connect_forever(
+    urls: &[String],
+    name: &str,
+    backoff: &mut Backoff,
+) -> Connection {
     loop {
         match connect_once(urls, name).await {
             Ok(conn) => return conn,

@@ -3,6 +3,8 @@
 // The dry-run futures (a plugin call inside capture scopes inside the failed-queue walk) nest
 // deeper than the default 128 when an optimized build computes their layout.
 #![recursion_limit = "256"]
+// `pub` means used outside the crate (main, tests, benches); the rest is `pub(crate)`.
+#![warn(unreachable_pub)]
 
 mod admin;
 mod broker;

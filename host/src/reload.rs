@@ -19,11 +19,11 @@ use crate::plugin::{LoadError, Plugin, Runtime};
 
 mod watch;
 
-pub use watch::watch;
+pub(crate) use watch::watch;
 
 /// Why a changed plugin file was not swapped in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReloadError {
+pub(crate) enum ReloadError {
     /// The file is gone; the last version keeps serving.
     #[error("{0} was deleted")]
     Deleted(String),
@@ -38,7 +38,7 @@ pub enum ReloadError {
 
 /// Counters of reload results, for metrics.
 #[derive(Debug, Default)]
-pub struct ReloadStats {
+pub(crate) struct ReloadStats {
     /// New versions swapped in.
     pub ok: AtomicU64,
     /// Changes refused (bad file, deleted, unreadable).
@@ -51,7 +51,7 @@ type Slots = HashMap<PathBuf, Arc<ArcSwap<Plugin>>>;
 
 /// The plugin versions in use, one slot per plugin file; shared by the subscriptions that name it.
 #[derive(Clone)]
-pub struct PluginSet {
+pub(crate) struct PluginSet {
     runtime: Runtime,
     slots: Arc<Mutex<Slots>>,
     /// Held from reading a file to storing its version, so two loads of one file (the watcher
@@ -63,14 +63,14 @@ pub struct PluginSet {
 
 /// What a watched change means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// worker.toml changed (or SIGHUP asked for a re-read).
     Config,
 }
 
 impl PluginSet {
     /// An empty set compiling with `runtime`.
-    pub fn new(runtime: Runtime) -> PluginSet {
+    pub(crate) fn new(runtime: Runtime) -> PluginSet {
         PluginSet {
             runtime,
             slots: Arc::default(),
@@ -81,7 +81,7 @@ impl PluginSet {
 
     /// Sets `[plugins] max_plugin_size` for every later load and reload.
     /// Reload counts and the versions serving now, for `/metrics`.
-    pub fn report(&self) -> crate::metrics::PluginReport {
+    pub(crate) fn report(&self) -> crate::metrics::PluginReport {
         let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
         crate::metrics::PluginReport {
             reloads: [
@@ -93,13 +93,17 @@ impl PluginSet {
         }
     }
 
-    pub fn set_max_plugin_size(&self, bytes: u64) {
+    pub(crate) fn set_max_plugin_size(&self, bytes: u64) {
         self.runtime.set_max_plugin_size(bytes);
     }
 
     /// Checks and compiles plugin bytes that are not a file of the plugins folder (a console
     /// upload), with the limits of any plugin; nothing is kept.
-    pub async fn load_bytes(&self, name: &str, bytes: Vec<u8>) -> anyhow::Result<Arc<Plugin>> {
+    pub(crate) async fn load_bytes(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+    ) -> anyhow::Result<Arc<Plugin>> {
         let max = self.runtime.max_plugin_size();
         if bytes.len() as u64 > max {
             anyhow::bail!(
@@ -116,7 +120,7 @@ impl PluginSet {
     }
 
     /// The slot for `path`, loading the file the first time it is named.
-    pub async fn slot(&self, path: &Path) -> anyhow::Result<Arc<ArcSwap<Plugin>>> {
+    pub(crate) async fn slot(&self, path: &Path) -> anyhow::Result<Arc<ArcSwap<Plugin>>> {
         let _loading = self.loading.lock().await;
         if let Some(slot) = self.get(path) {
             return Ok(slot);
@@ -137,12 +141,12 @@ impl PluginSet {
 
     /// Forgets the slots of files no subscription uses any more (calls in flight keep their
     /// version alive); a file named again later is loaded afresh.
-    pub fn retain(&self, in_use: impl Fn(&Path) -> bool) {
+    pub(crate) fn retain(&self, in_use: impl Fn(&Path) -> bool) {
         self.lock().retain(|path, _| in_use(path));
     }
 
     /// Every slot with its file, for metrics.
-    pub fn versions(&self) -> Vec<(String, String)> {
+    pub(crate) fn versions(&self) -> Vec<(String, String)> {
         self.lock()
             .values()
             .map(|slot| {
@@ -168,14 +172,14 @@ impl PluginSet {
     /// Re-reads `path` and swaps in the new version when it differs and is valid. Returns the
     /// new version, or None when the bytes were unchanged or nothing uses the file. Counts and
     /// logs the outcome.
-    pub async fn reload(&self, path: &Path) -> Result<Option<Arc<Plugin>>, ReloadError> {
+    pub(crate) async fn reload(&self, path: &Path) -> Result<Option<Arc<Plugin>>, ReloadError> {
         let _loading = self.loading.lock().await;
         self.reload_logged(path, true).await
     }
 
     /// Checks every file in use by its hash and swaps in what changed: for SIGHUP, and for
     /// filesystems that send no events.
-    pub async fn recheck(&self) {
+    pub(crate) async fn recheck(&self) {
         let _ = self.sweep(&[]).await;
     }
 

@@ -57,7 +57,7 @@ fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
 /// or empty `plugins_dir` becomes such a workspace first, so a plugin can be started in any
 /// folder. NAME is lowercase letters, digits and single dashes; the built file will be `NAME`
 /// with `_` for `-`, `.wasm`.
-pub fn new_plugin(plugins_dir: &Path, name: &str, lang: Lang) -> anyhow::Result<PathBuf> {
+pub(crate) fn new_plugin(plugins_dir: &Path, name: &str, lang: Lang) -> anyhow::Result<PathBuf> {
     if !valid_name(name) {
         bail!(
             "plugin name {name:?}: use lowercase letters, digits and single dashes, starting with a letter"

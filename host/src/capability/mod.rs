@@ -65,7 +65,7 @@ pub(crate) struct Instances {
 }
 
 impl Instances {
-    pub fn begin(&mut self, granted: &Granted, scope: &Scope) {
+    pub(crate) fn begin(&mut self, granted: &Granted, scope: &Scope) {
         self.http.begin(granted.http.clone(), scope);
         self.kv.begin(granted.kv.clone(), scope);
         self.sql.begin(granted.sql.clone(), scope);
@@ -73,7 +73,7 @@ impl Instances {
 
     /// Commits (on ok) or undoes every capability's effects; the first commit error wins.
     /// `record` goes into the SQL transaction (the outbox).
-    pub async fn finish(
+    pub(crate) async fn finish(
         &mut self,
         ok: bool,
         record: Option<&sql::outbox::Record>,
@@ -111,7 +111,7 @@ impl std::fmt::Debug for Effects {
 
 impl Effects {
     /// Takes the effects out of a store's `instances`, leaving them idle for the next `begin`.
-    pub fn take(instances: &mut Instances, dry: bool) -> Effects {
+    pub(crate) fn take(instances: &mut Instances, dry: bool) -> Effects {
         Effects {
             instances: std::mem::take(instances),
             dry,
@@ -120,7 +120,7 @@ impl Effects {
 
     /// Commits (on ok) or undoes the effects; `record` goes into the SQL transaction. A dry
     /// run commits nothing. An error means nothing was committed.
-    pub async fn finish(
+    pub(crate) async fn finish(
         mut self,
         ok: bool,
         record: Option<&sql::outbox::Record>,
@@ -274,7 +274,7 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(metrics: &Arc<Metrics>, capability: &'static str, store: &str) -> Recorder {
+    pub(crate) fn new(metrics: &Arc<Metrics>, capability: &'static str, store: &str) -> Recorder {
         Recorder {
             metrics: metrics.clone(),
             capability,
@@ -284,31 +284,31 @@ impl Recorder {
     }
 
     /// The same recorder, keeping the words of `url` out of `/readyz`.
-    pub fn hiding(mut self, url: &Secret) -> Recorder {
+    pub(crate) fn hiding(mut self, url: &Secret) -> Recorder {
         self.hidden = url.url_words().into();
         self
     }
 
     /// A recorder that goes nowhere (unit tests).
     #[cfg(test)]
-    pub fn detached(capability: &'static str, store: &str) -> Recorder {
+    pub(crate) fn detached(capability: &'static str, store: &str) -> Recorder {
         Recorder::new(&Arc::new(Metrics::new()), capability, store)
     }
 
-    pub fn store(&self) -> &str {
+    pub(crate) fn store(&self) -> &str {
         &self.store
     }
 
     /// One call that began at `started`; `result` is `ok` or an error kind (`denied`,
     /// `unavailable`, `constraint`, ...).
-    pub fn call(&self, started: Instant, result: &str) {
+    pub(crate) fn call(&self, started: Instant, result: &str) {
         self.metrics
             .capability_call(self.capability, &self.store, result, started.elapsed());
     }
 
     /// The store answered (`None`) or is unavailable (`Some(why)`, shown by `/readyz` as
     /// [`public_reason`] makes it).
-    pub fn health(&self, down: Option<&str>) {
+    pub(crate) fn health(&self, down: Option<&str>) {
         let shown = down.map(|why| public_reason(why, &self.hidden));
         self.metrics
             .set_capability_health(self.capability, &self.store, shown.as_deref());

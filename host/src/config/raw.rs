@@ -14,7 +14,7 @@ use super::{ExchangeType, InstanceMode, QueueType};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawConfig {
+pub(super) struct RawConfig {
     pub broker: Option<RawBroker>,
     pub exchanges: Option<RawExchanges>,
     pub plugins: Option<RawPlugins>,
@@ -39,7 +39,7 @@ pub struct RawConfig {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawKv {
+pub(super) struct RawKv {
     pub backend: Option<Spanned<KvBackendKind>>,
     pub url: Option<Spanned<String>>,
     pub max_value_size: Option<Spanned<ByteSize>>,
@@ -47,27 +47,27 @@ pub struct RawKv {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum KvBackendKind {
+pub(super) enum KvBackendKind {
     Embedded,
     Redis,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSql {
+pub(super) struct RawSql {
     pub url: Option<Spanned<String>>,
     pub max_connections: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawState {
+pub(super) struct RawState {
     pub dir: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawBroker {
+pub(super) struct RawBroker {
     pub url: Option<Spanned<BrokerUrl>>,
     pub urls: Option<Spanned<Vec<BrokerUrl>>>,
     pub topology_check: Option<Spanned<DurationText>>,
@@ -76,7 +76,7 @@ pub struct RawBroker {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawExchanges {
+pub(super) struct RawExchanges {
     pub master: Option<Spanned<Name>>,
     pub retry: Option<Spanned<Name>>,
     pub failed: Option<Spanned<Name>>,
@@ -84,14 +84,14 @@ pub struct RawExchanges {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawPlugins {
+pub(super) struct RawPlugins {
     pub dir: Option<Spanned<String>>,
     pub max_plugin_size: Option<Spanned<ByteSize>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAdmin {
+pub(super) struct RawAdmin {
     pub listen: Spanned<SocketAddrText>,
     pub token: Option<Spanned<String>>,
     /// Checked in the second pass, so every bad entry is reported with its own line.
@@ -101,7 +101,7 @@ pub struct RawAdmin {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawTracing {
+pub(super) struct RawTracing {
     pub otlp: Spanned<String>,
     pub service_name: Option<Spanned<String>>,
     pub sample_ratio: Option<Spanned<f64>>,
@@ -109,7 +109,7 @@ pub struct RawTracing {
 
 /// `std::net::SocketAddr` with an error message that shows the expected form.
 #[derive(Debug)]
-pub struct SocketAddrText(pub std::net::SocketAddr);
+pub(super) struct SocketAddrText(pub std::net::SocketAddr);
 
 impl<'de> Deserialize<'de> for SocketAddrText {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -127,7 +127,7 @@ impl<'de> Deserialize<'de> for SocketAddrText {
 macro_rules! with_settings {
     ($(#[$meta:meta])* pub struct $name:ident { $($own:tt)* }) => {
         $(#[$meta])*
-        pub struct $name {
+        pub(super) struct $name {
             $($own)*
             pub exchange: Option<Spanned<Name>>,
             pub prefetch: Option<Prefetch>,
@@ -175,11 +175,11 @@ with_settings! {
 }
 
 /// `[subscription.http_headers."origin"]`: header name -> value.
-pub type RawHeaders = BTreeMap<String, Spanned<String>>;
+pub(super) type RawHeaders = BTreeMap<String, Spanned<String>>;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawExchange {
+pub(super) struct RawExchange {
     pub name: Spanned<Name>,
     #[serde(rename = "type")]
     pub kind: ExchangeType,
@@ -189,7 +189,7 @@ pub struct RawExchange {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawQueue {
+pub(super) struct RawQueue {
     pub name: Spanned<Name>,
     #[serde(default = "yes")]
     pub durable: bool,
@@ -204,7 +204,7 @@ pub struct RawQueue {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawBinding {
+pub(super) struct RawBinding {
     pub exchange: Spanned<String>,
     #[serde(default = "empty_key")]
     pub key: RoutingKey,
@@ -212,7 +212,7 @@ pub struct RawBinding {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawDelay {
+pub(super) struct RawDelay {
     #[serde(default = "default_levels")]
     pub levels: DelayLevels,
 }

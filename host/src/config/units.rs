@@ -11,7 +11,7 @@ pub const MAX_NAME_BYTES: usize = 255;
 
 /// A duration written as text (`"250ms"`, `"30s"`, `"1m 30s"`), at least one millisecond.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DurationText {
+pub(super) struct DurationText {
     pub text: String,
     pub duration: Duration,
 }
@@ -40,14 +40,14 @@ impl<'de> Deserialize<'de> for DurationText {
 
 /// A size in bytes, written `"64MiB"`, `"512KiB"`, `"1GiB"`, `"10MB"` or as a plain integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ByteSize(pub u64);
+pub(super) struct ByteSize(pub u64);
 
 const SIZE_EXPECTED: &str =
     "expected a size like \"64MiB\", \"512KiB\" or \"1GiB\" (units B, KiB, MiB, GiB, KB, MB, GB)";
 
 impl ByteSize {
     /// Parses `"<integer>[ ]<unit>"`; binary (KiB) and decimal (KB) units, `B` or none for bytes.
-    pub fn parse(text: &str) -> Option<ByteSize> {
+    pub(super) fn parse(text: &str) -> Option<ByteSize> {
         let text = text.trim();
         let digits = text
             .find(|c: char| !c.is_ascii_digit())
@@ -96,7 +96,7 @@ impl<'de> Deserialize<'de> for ByteSize {
 
 /// A queue or exchange name: 1 to 255 bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Name(pub String);
+pub(super) struct Name(pub String);
 
 impl<'de> Deserialize<'de> for Name {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -116,7 +116,7 @@ impl<'de> Deserialize<'de> for Name {
 
 /// A routing or binding key: at most 255 bytes, may be empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoutingKey(pub String);
+pub(super) struct RoutingKey(pub String);
 
 impl<'de> Deserialize<'de> for RoutingKey {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -133,10 +133,10 @@ impl<'de> Deserialize<'de> for RoutingKey {
 
 /// An AMQP URL (`amqp://` or `amqps://`), checked with the parser lapin connects with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BrokerUrl(pub String);
+pub(super) struct BrokerUrl(pub String);
 
 impl BrokerUrl {
-    pub fn check(url: &str) -> Result<(), String> {
+    pub(super) fn check(url: &str) -> Result<(), String> {
         url.parse::<lapin::uri::AMQPUri>()
             .map(|_| ())
             .map_err(|err| {
@@ -163,7 +163,7 @@ macro_rules! bounded {
     ($(#[$doc:meta])* $name:ident($int:ty), $what:literal, $min:expr, $max:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub struct $name(pub $int);
+        pub(super) struct $name(pub $int);
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -91,7 +91,7 @@ impl Default for ChannelDeath {
 
 impl ChannelDeath {
     /// Records the error that ended the consumer's deliveries.
-    pub fn record(&self, err: &lapin::Error) {
+    pub(super) fn record(&self, err: &lapin::Error) {
         let text = broker::describe(err);
         let consumer_timeout = if broker::is_channel_error(err) {
             consumer_timeout(&text)
@@ -105,12 +105,12 @@ impl ChannelDeath {
     }
 
     /// The error that ended the deliveries, once recorded.
-    pub fn text(&self) -> Option<String> {
+    pub(super) fn text(&self) -> Option<String> {
         self.0.borrow().as_ref().map(|d| d.text.clone())
     }
 
     /// Resolves once the channel's death is recorded.
-    pub async fn died(&self) {
+    pub(super) async fn died(&self) {
         let mut rx = self.0.subscribe();
         let _ = rx.wait_for(Option::is_some).await;
     }
@@ -119,7 +119,7 @@ impl ChannelDeath {
     /// `received` had been held that long, so it is the one the broker gave up on: the cause
     /// to record. The consume loop may record the death a moment after a handler saw its
     /// channel closed, so this waits briefly for it.
-    pub async fn timeout_cause(&self, received: Instant) -> Option<String> {
+    pub(super) async fn timeout_cause(&self, received: Instant) -> Option<String> {
         let mut rx = self.0.subscribe();
         let wait = rx.wait_for(Option::is_some);
         let death = tokio::time::timeout(Duration::from_millis(500), wait)

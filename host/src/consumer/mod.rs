@@ -48,14 +48,14 @@ use crate::topology::Keeper;
 /// What a consumer uses of its connection: the connection itself, the shared confirm-mode
 /// publisher, and the keeper of the topology declared on it.
 #[derive(Clone)]
-pub struct Link {
+pub(crate) struct Link {
     pub conn: Arc<Connection>,
     pub publisher: Arc<Publisher>,
     pub keeper: Arc<Keeper>,
 }
 
 /// Everything a subscription's consumer needs; lives across reconnects and reloads.
-pub struct Subscriber {
+pub(crate) struct Subscriber {
     /// The subscription as configured.
     pub sub: Arc<Subscription>,
     /// Names of the master, retry and failed exchanges.
@@ -78,7 +78,7 @@ pub struct Subscriber {
 
 impl Subscriber {
     /// Prepares a subscription to run `plugin`.
-    pub fn new(
+    pub(crate) fn new(
         sub: Arc<Subscription>,
         exchanges: Arc<Exchanges>,
         plugin: Arc<ArcSwap<Plugin>>,
@@ -127,7 +127,7 @@ impl Subscriber {
     /// has been settled (acked, or left unacked for the broker to redeliver). With
     /// `pause_after`, a run ends when the breaker turns: no deliveries for `pause_for`, then
     /// one at a time until one answers ok.
-    pub async fn consume(
+    pub(crate) async fn consume(
         self: Arc<Self>,
         link: Link,
         cancel: CancellationToken,

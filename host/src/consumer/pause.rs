@@ -36,7 +36,7 @@ struct State {
 }
 
 impl Breaker {
-    pub fn new(pause: Option<Pause>) -> Breaker {
+    pub(super) fn new(pause: Option<Pause>) -> Breaker {
         Breaker {
             pause,
             state: Mutex::new(State::default()),
@@ -45,7 +45,7 @@ impl Breaker {
 
     /// A new run of the consumer, ended through `run` when it should turn; whether it probes
     /// (one message at a time).
-    pub fn start_run(&self, run: CancellationToken) -> bool {
+    pub(super) fn start_run(&self, run: CancellationToken) -> bool {
         let mut s = self.lock();
         s.run = Some(run);
         s.turn = None;
@@ -53,12 +53,12 @@ impl Breaker {
     }
 
     /// Why the run ended, if the breaker ended it.
-    pub fn turn(&self) -> Option<Turn> {
+    pub(super) fn turn(&self) -> Option<Turn> {
         self.lock().turn
     }
 
     /// One plugin answer: ok or not.
-    pub fn answered(&self, ok: bool) {
+    pub(super) fn answered(&self, ok: bool) {
         let Some(pause) = self.pause else { return };
         let mut s = self.lock();
         let turn = match (ok, s.probing) {

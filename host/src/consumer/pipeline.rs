@@ -40,7 +40,7 @@ pub(super) enum Precheck {
 
 impl Verdict {
     /// A decision made without the plugin.
-    pub fn without_call(decision: Decision) -> Verdict {
+    pub(super) fn without_call(decision: Decision) -> Verdict {
         Verdict {
             decision,
             outbound: Vec::new(),

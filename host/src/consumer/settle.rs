@@ -29,7 +29,7 @@ pub(super) struct Settler {
 
 impl Settler {
     /// Whether the consumer channel is still open (a message can still be acked).
-    pub fn connected(&self) -> bool {
+    pub(super) fn connected(&self) -> bool {
         self.channel.status().connected()
     }
 }

@@ -17,7 +17,7 @@ pub(super) struct Strikes(Mutex<HashMap<String, String>>);
 
 impl Strikes {
     /// Remembers that the call for `identity` failed with `cause`.
-    pub fn add(&self, identity: String, cause: String) {
+    pub(super) fn add(&self, identity: String, cause: String) {
         let mut map = self.lock();
         if map.len() >= MAX_STRIKES {
             warn!(
@@ -30,11 +30,11 @@ impl Strikes {
     }
 
     /// The cause recorded for `identity`, forgotten as it is taken.
-    pub fn take(&self, identity: &str) -> Option<String> {
+    pub(super) fn take(&self, identity: &str) -> Option<String> {
         self.lock().remove(identity)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
 

@@ -16,7 +16,7 @@ mod tests;
 
 use crate::telemetry;
 
-pub use queue::QueueMetrics;
+pub(crate) use queue::QueueMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueOutcome {

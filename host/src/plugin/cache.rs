@@ -30,7 +30,7 @@ pub(crate) struct Compiler {
 }
 
 impl Compiler {
-    pub fn new(cfg: &RuntimeConfig, engine: &Engine) -> Compiler {
+    pub(super) fn new(cfg: &RuntimeConfig, engine: &Engine) -> Compiler {
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         Compiler {
@@ -45,7 +45,7 @@ impl Compiler {
 
     /// The compiled component of `bytes`, and whether it came from the cache; else compiled (and
     /// cached).
-    pub fn component(
+    pub(super) fn component(
         &self,
         engine: &Engine,
         file: &str,

@@ -17,7 +17,7 @@ pub(crate) struct ModulePlugin {
 
 impl ModulePlugin {
     /// Instantiates the module in `store` and calls `worker_handle`.
-    pub async fn run(
+    pub(crate) async fn run(
         &self,
         store: &mut Store<State>,
         limits: &Limits,

@@ -23,7 +23,7 @@ pub(crate) struct Refused {
 impl Pending {
     /// Buffers `publish` if `policy` allows it. Routing key, body and header bytes count against
     /// the per-call byte limit.
-    pub fn push(&mut self, policy: &PublishPolicy, publish: Publish) -> Result<(), Refused> {
+    pub(crate) fn push(&mut self, policy: &PublishPolicy, publish: Publish) -> Result<(), Refused> {
         let bytes = self.check(policy, &publish)?;
         self.bytes += bytes;
         self.publishes.push(publish);
@@ -76,7 +76,7 @@ impl Pending {
     }
 
     /// Forgets everything buffered (an instance reused for the next message starts empty).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.publishes.clear();
         self.bytes = 0;
     }

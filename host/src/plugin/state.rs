@@ -32,7 +32,7 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub fn new(input: Arc<Input>, memory_limit: u64, deadline: Instant) -> State {
+    pub(crate) fn new(input: Arc<Input>, memory_limit: u64, deadline: Instant) -> State {
         State {
             input,
             memory: None,
@@ -47,12 +47,12 @@ impl State {
     }
 
     /// The WASI context, created on first use (plain calls never pay for it).
-    pub fn wasi_ctx(&mut self) -> &mut wasmtime_wasi::p1::WasiP1Ctx {
+    pub(crate) fn wasi_ctx(&mut self) -> &mut wasmtime_wasi::p1::WasiP1Ctx {
         &mut self.wasi.get_or_insert_with(WasiState::new).ctx
     }
 
     /// Moves captured WASI stdout/stderr into the log buffer.
-    pub fn drain_wasi_output(&mut self) {
+    pub(crate) fn drain_wasi_output(&mut self) {
         if let Some(wasi) = self.wasi.take() {
             let (out, err) = wasi.into_output();
             self.logs.push_text(LogLevel::Info, LogSource::Stdout, &out);
@@ -75,7 +75,7 @@ pub(crate) struct Limiter {
 
 impl Limiter {
     /// The limits of an ABI v1 module.
-    pub fn module(memory_limit: u64) -> Limiter {
+    pub(crate) fn module(memory_limit: u64) -> Limiter {
         Limiter {
             memory_limit,
             table_elements: MAX_TABLE_ELEMENTS,
@@ -134,7 +134,7 @@ pub(crate) struct LogBuffer {
 }
 
 impl LogBuffer {
-    pub fn push(&mut self, level: LogLevel, source: LogSource, raw: &[u8]) {
+    pub(crate) fn push(&mut self, level: LogLevel, source: LogSource, raw: &[u8]) {
         if self.lines.len() >= MAX_LOG_LINES || self.bytes >= MAX_LOG_BYTES {
             self.dropped += 1;
             return;
@@ -150,7 +150,7 @@ impl LogBuffer {
     }
 
     /// Splits captured output into lines (a trailing partial line included).
-    pub fn push_text(&mut self, level: LogLevel, source: LogSource, text: &[u8]) {
+    pub(crate) fn push_text(&mut self, level: LogLevel, source: LogSource, text: &[u8]) {
         for line in text.split(|&b| b == b'\n') {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             if !line.is_empty() {
@@ -159,7 +159,7 @@ impl LogBuffer {
         }
     }
 
-    pub fn finish(mut self) -> Vec<LogLine> {
+    pub(crate) fn finish(mut self) -> Vec<LogLine> {
         if self.dropped > 0 {
             self.lines.push(LogLine {
                 level: LogLevel::Warn,

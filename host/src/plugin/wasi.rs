@@ -21,7 +21,7 @@ pub(crate) struct WasiState {
 }
 
 impl WasiState {
-    pub fn new() -> WasiState {
+    pub(crate) fn new() -> WasiState {
         let stdout = BoundedPipe::default();
         let stderr = BoundedPipe::default();
         // The builder's defaults grant nothing: no preopened dirs, no env, no
@@ -41,7 +41,7 @@ impl WasiState {
     }
 
     /// The captured (stdout, stderr).
-    pub fn into_output(self) -> (Vec<u8>, Vec<u8>) {
+    pub(crate) fn into_output(self) -> (Vec<u8>, Vec<u8>) {
         drop(self.ctx);
         (self.stdout.take(), self.stderr.take())
     }
@@ -63,7 +63,7 @@ impl BoundedPipe {
         buf.extend_from_slice(&data[..data.len().min(room)]);
     }
 
-    pub fn take(&self) -> Vec<u8> {
+    pub(super) fn take(&self) -> Vec<u8> {
         std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }

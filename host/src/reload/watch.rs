@@ -29,7 +29,7 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 type FileDebouncer = Debouncer<notify::RecommendedWatcher, RecommendedCache>;
 
 /// Keeps the watcher alive; dropping it stops watching.
-pub struct Watcher {
+pub(crate) struct Watcher {
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -42,7 +42,7 @@ impl Drop for Watcher {
 /// Watches the plugins folder and the config file's folder (the folders, so renames and
 /// re-creations of files are seen). Plugin changes are applied here; config changes go to
 /// `changes`.
-pub fn watch(
+pub(crate) fn watch(
     plugins_dir: &Path,
     config_path: &Path,
     plugins: PluginSet,

@@ -19,7 +19,7 @@ pub(super) struct Consumers {
 }
 
 impl Consumers {
-    pub fn new() -> Consumers {
+    pub(super) fn new() -> Consumers {
         Consumers {
             tasks: JoinSet::new(),
             running: HashMap::new(),
@@ -28,7 +28,7 @@ impl Consumers {
     }
 
     /// Starts consuming for `subscriber`, stopping the consumer it replaces.
-    pub fn start(&mut self, link: &Link, subscriber: Arc<Subscriber>) {
+    pub(super) fn start(&mut self, link: &Link, subscriber: Arc<Subscriber>) {
         let queue = subscriber.sub.queue.clone();
         self.stop(&queue);
         let cancel = CancellationToken::new();
@@ -41,21 +41,21 @@ impl Consumers {
     }
 
     /// Stops taking deliveries for `queue`; its in-flight messages still settle.
-    pub fn stop(&mut self, queue: &str) {
+    pub(super) fn stop(&mut self, queue: &str) {
         if let Some((_, cancel)) = self.running.remove(queue) {
             cancel.cancel();
         }
     }
 
     /// True if `id` is the consumer running for `queue` now (not one stopped on purpose).
-    pub fn is_current(&self, queue: &str, id: u64) -> bool {
+    pub(super) fn is_current(&self, queue: &str, id: u64) -> bool {
         self.running
             .get(queue)
             .is_some_and(|(running, _)| *running == id)
     }
 
     /// Stops everything and waits for in-flight messages to settle.
-    pub async fn drain(&mut self) {
+    pub(super) async fn drain(&mut self) {
         for (_, cancel) in self.running.values() {
             cancel.cancel();
         }

@@ -24,7 +24,7 @@ pub(super) struct Budget {
 }
 
 impl Budget {
-    pub fn new(max: u32) -> Budget {
+    pub(super) fn new(max: u32) -> Budget {
         Budget {
             max,
             made: 0,
@@ -35,7 +35,7 @@ impl Budget {
 
     /// Counts a request: false past `max` (`connection-limit-reached` for the guest). The first
     /// refusal of a message logs one warning naming the plugin and the queue.
-    pub fn take(&mut self, scope: &Scope) -> bool {
+    pub(super) fn take(&mut self, scope: &Scope) -> bool {
         if self.made < self.max {
             self.made += 1;
             return true;
@@ -54,7 +54,7 @@ impl Budget {
     }
 
     /// The semaphore the open requests share.
-    pub fn slots(&self) -> Arc<Semaphore> {
+    pub(super) fn slots(&self) -> Arc<Semaphore> {
         self.open.clone()
     }
 }

@@ -41,7 +41,7 @@ pub(crate) struct Grant {
 }
 
 impl Grant {
-    pub fn new(config: &HttpGrant, recorder: Recorder) -> Grant {
+    pub(crate) fn new(config: &HttpGrant, recorder: Recorder) -> Grant {
         Grant {
             policy: Policy::new(config),
             recorder,
@@ -59,7 +59,7 @@ pub(crate) struct Instance {
 
 impl Instance {
     /// The view wasi:http's bindings work through; `table` is the instance's one table.
-    pub fn view<'a>(&'a mut self, table: &'a mut ResourceTable) -> WasiHttpCtxView<'a> {
+    pub(crate) fn view<'a>(&'a mut self, table: &'a mut ResourceTable) -> WasiHttpCtxView<'a> {
         WasiHttpCtxView {
             ctx: &mut self.ctx,
             table,

@@ -23,7 +23,7 @@ pub(crate) struct Target {
 
 impl Target {
     /// The target of `uri`; only absolute `http` and `https` URIs have one.
-    pub fn of(uri: &Uri) -> Result<Target, Error> {
+    pub(super) fn of(uri: &Uri) -> Result<Target, Error> {
         let tls = match uri.scheme() {
             Some(s) if *s == Scheme::HTTPS => true,
             Some(s) if *s == Scheme::HTTP => false,
@@ -41,17 +41,17 @@ impl Target {
         })
     }
 
-    pub fn scheme(&self) -> &'static str {
+    pub(super) fn scheme(&self) -> &'static str {
         if self.tls { "https" } else { "http" }
     }
 
     /// The host when it is an IP literal.
-    pub fn ip(&self) -> Option<IpAddr> {
+    pub(super) fn ip(&self) -> Option<IpAddr> {
         self.host.parse().ok()
     }
 
     /// `host:port` as the `Host` header writes it.
-    pub fn authority(&self) -> String {
+    pub(super) fn authority(&self) -> String {
         if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
@@ -77,7 +77,7 @@ impl Refusal {
     /// The error code the guest receives: `HTTP-request-denied` for every refusal, so each SDK
     /// reports it as `denied` (a network error would read as worth retrying); the log line says
     /// which rule refused it.
-    pub fn code(&self) -> Error {
+    pub(crate) fn code(&self) -> Error {
         Error::HttpRequestDenied
     }
 }
@@ -91,7 +91,7 @@ pub(crate) struct Policy {
 }
 
 impl Policy {
-    pub fn new(grant: &HttpGrant) -> Policy {
+    pub(super) fn new(grant: &HttpGrant) -> Policy {
         let headers = grant
             .headers
             .iter()
@@ -115,14 +115,14 @@ impl Policy {
     }
 
     /// Whether scheme, host and port of `t` match an allowed origin.
-    pub fn allows(&self, t: &Target) -> bool {
+    pub(super) fn allows(&self, t: &Target) -> bool {
         self.allowed
             .iter()
             .any(|o| o.matches(t.scheme(), &t.host, t.port))
     }
 
     /// The headers the host adds to a request to `t`, in config order.
-    pub fn headers_for<'a>(
+    pub(super) fn headers_for<'a>(
         &'a self,
         t: &'a Target,
     ) -> impl Iterator<Item = &'a (HeaderName, HeaderValue)> + 'a {
@@ -134,7 +134,7 @@ impl Policy {
 
     /// Whether a connection for `t` may go to `ip`: any public address, and an internal one
     /// only when an allowed origin names that very address with the request's scheme and port.
-    pub fn address_allowed(&self, t: &Target, ip: IpAddr) -> bool {
+    pub(super) fn address_allowed(&self, t: &Target, ip: IpAddr) -> bool {
         if !is_internal(ip) {
             return true;
         }
@@ -151,7 +151,11 @@ impl Policy {
     /// The addresses a request to `t` may connect to, after the origin check: the IP literal
     /// itself, or what the name resolves to less the internal addresses not allowed. The
     /// connection goes only to these, so a second DNS answer cannot change where it lands.
-    pub async fn check(&self, t: &Target, deadline: Instant) -> Result<Vec<SocketAddr>, Stop> {
+    pub(super) async fn check(
+        &self,
+        t: &Target,
+        deadline: Instant,
+    ) -> Result<Vec<SocketAddr>, Stop> {
         if !self.allows(t) {
             return Err(Refusal::Origin(format!("{}://{}", t.scheme(), t.authority())).into());
         }

@@ -19,14 +19,14 @@ pub(super) struct Dry {
 }
 
 impl Dry {
-    pub fn new(capture: Arc<Capture>) -> Dry {
+    pub(super) fn new(capture: Arc<Capture>) -> Dry {
         Dry {
             capture,
             overlay: HashMap::new(),
         }
     }
 
-    pub async fn get(
+    pub(super) async fn get(
         &self,
         store: &Store,
         key: &str,
@@ -39,7 +39,7 @@ impl Dry {
         }
     }
 
-    pub fn set(
+    pub(super) fn set(
         &mut self,
         store: &Store,
         key: &str,
@@ -58,7 +58,7 @@ impl Dry {
         Ok(())
     }
 
-    pub async fn delete(
+    pub(super) async fn delete(
         &mut self,
         store: &Store,
         key: &str,
@@ -70,7 +70,7 @@ impl Dry {
         Ok(existed)
     }
 
-    pub async fn increment(
+    pub(super) async fn increment(
         &mut self,
         store: &Store,
         key: &str,
@@ -96,7 +96,7 @@ impl Dry {
         Ok(next)
     }
 
-    pub async fn compare_and_swap(
+    pub(super) async fn compare_and_swap(
         &mut self,
         store: &Store,
         key: &str,

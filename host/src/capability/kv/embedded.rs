@@ -44,7 +44,7 @@ struct Entry {
 
 impl Embedded {
     /// Creates the file and its directory if missing, and the tables, so that reads find them.
-    pub async fn open(path: &Path) -> anyhow::Result<Embedded> {
+    pub(super) async fn open(path: &Path) -> anyhow::Result<Embedded> {
         let path = path.to_path_buf();
         let db = tokio::task::spawn_blocking(move || -> anyhow::Result<Database> {
             if let Some(dir) = path.parent() {
@@ -63,7 +63,7 @@ impl Embedded {
         Ok(Embedded { db: Arc::new(db) })
     }
 
-    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+    pub(super) async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         let db = self.db.clone();
         let key = key.to_string();
         blocking(move || {
@@ -77,7 +77,7 @@ impl Embedded {
         .await
     }
 
-    pub async fn set(
+    pub(super) async fn set(
         &self,
         key: &str,
         value: Vec<u8>,
@@ -92,13 +92,13 @@ impl Embedded {
         .await
     }
 
-    pub async fn delete(&self, key: &str, deadline: Instant) -> Result<bool, KvError> {
+    pub(super) async fn delete(&self, key: &str, deadline: Instant) -> Result<bool, KvError> {
         let key = key.to_string();
         self.write(deadline, move |t| Ok(t.remove(&key)?.is_some()))
             .await
     }
 
-    pub async fn increment(
+    pub(super) async fn increment(
         &self,
         key: &str,
         delta: i64,
@@ -117,7 +117,7 @@ impl Embedded {
         .await
     }
 
-    pub async fn compare_and_swap(
+    pub(super) async fn compare_and_swap(
         &self,
         key: &str,
         expected: Option<Vec<u8>>,
@@ -177,7 +177,7 @@ impl Embedded {
     /// How many keys the file holds, expired or not, and how many of them expire (tests of
     /// the sweep).
     #[cfg(test)]
-    pub fn stored(&self) -> (u64, u64) {
+    pub(super) fn stored(&self) -> (u64, u64) {
         use redb::ReadableTableMetadata as _;
         let count = || -> Result<(u64, u64), redb::Error> {
             let txn = self.db.begin_read()?;

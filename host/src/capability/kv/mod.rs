@@ -64,7 +64,7 @@ impl Store {
     /// Opens the store. An embedded file is created (with its directory) and opened now, so a
     /// path that cannot be is a start-up error; Redis connects lazily, so a server that is down
     /// at start only makes calls answer `unavailable` until it is back.
-    pub async fn open(config: &KvStoreConfig, recorder: Recorder) -> anyhow::Result<Store> {
+    pub(crate) async fn open(config: &KvStoreConfig, recorder: Recorder) -> anyhow::Result<Store> {
         let backend = match &config.backend {
             KvBackend::Embedded { path } => Backend::Embedded(Embedded::open(path).await?),
             KvBackend::Redis { url } => Backend::Redis(Redis::open(&config.name, url)?),
@@ -79,7 +79,7 @@ impl Store {
 
     /// Whether the store answers, for `/readyz`: an embedded file is open, so it does; Redis
     /// must answer PING within a short time.
-    pub async fn ping(&self) -> Result<(), String> {
+    pub(crate) async fn ping(&self) -> Result<(), String> {
         let result = match &self.backend {
             Backend::Embedded(_) => Ok(()),
             Backend::Redis(r) => r.ping().await,
@@ -88,7 +88,11 @@ impl Store {
         result
     }
 
-    pub async fn get(&self, key: &str, deadline: Instant) -> Result<Option<Vec<u8>>, KvError> {
+    pub(crate) async fn get(
+        &self,
+        key: &str,
+        deadline: Instant,
+    ) -> Result<Option<Vec<u8>>, KvError> {
         let work = async {
             match &self.backend {
                 Backend::Embedded(e) => e.get(key).await,
@@ -98,7 +102,7 @@ impl Store {
         self.run("get", check_key(key), deadline, work).await
     }
 
-    pub async fn set(
+    pub(crate) async fn set(
         &self,
         key: &str,
         value: Vec<u8>,
@@ -117,7 +121,7 @@ impl Store {
     }
 
     /// Whether the key existed (an expired key did not).
-    pub async fn delete(&self, key: &str, deadline: Instant) -> Result<bool, KvError> {
+    pub(crate) async fn delete(&self, key: &str, deadline: Instant) -> Result<bool, KvError> {
         let work = async {
             match &self.backend {
                 Backend::Embedded(e) => e.delete(key, deadline).await,
@@ -128,7 +132,7 @@ impl Store {
     }
 
     /// The new count; an absent key counts as 0.
-    pub async fn increment(
+    pub(crate) async fn increment(
         &self,
         key: &str,
         delta: i64,
@@ -144,7 +148,7 @@ impl Store {
     }
 
     /// Writes `value` only if the current value is `expected` (`None`: only if absent).
-    pub async fn compare_and_swap(
+    pub(crate) async fn compare_and_swap(
         &self,
         key: &str,
         expected: Option<Vec<u8>>,

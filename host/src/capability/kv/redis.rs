@@ -48,7 +48,7 @@ pub(super) struct Redis {
 
 impl Redis {
     /// Checks the URL and prepares the manager; it connects on the first call.
-    pub fn open(store: &str, url: &Secret) -> anyhow::Result<Redis> {
+    pub(super) fn open(store: &str, url: &Secret) -> anyhow::Result<Redis> {
         let redacted = url.redacted_url();
         let client = redis::Client::open(url.expose())
             .with_context(|| format!("invalid Redis URL {redacted}"))?;
@@ -68,7 +68,7 @@ impl Redis {
     }
 
     /// Whether the server answers PING within [`PING_TIMEOUT`].
-    pub async fn ping(&self) -> Result<(), String> {
+    pub(super) async fn ping(&self) -> Result<(), String> {
         let mut conn = self.manager.clone();
         let cmd = redis::cmd("PING");
         let ping = cmd.query_async::<String>(&mut conn);
@@ -79,7 +79,7 @@ impl Redis {
         }
     }
 
-    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+    pub(super) async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         let mut conn = self.manager.clone();
         redis::cmd("GET")
             .arg(self.key(key))
@@ -88,7 +88,12 @@ impl Redis {
             .map_err(failure)
     }
 
-    pub async fn set(&self, key: &str, value: Vec<u8>, ttl_ms: Option<u64>) -> Result<(), KvError> {
+    pub(super) async fn set(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+    ) -> Result<(), KvError> {
         let mut conn = self.manager.clone();
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.key(key)).arg(value);
@@ -98,7 +103,7 @@ impl Redis {
         cmd.query_async(&mut conn).await.map_err(failure)
     }
 
-    pub async fn delete(&self, key: &str) -> Result<bool, KvError> {
+    pub(super) async fn delete(&self, key: &str) -> Result<bool, KvError> {
         let mut conn = self.manager.clone();
         let removed: u64 = redis::cmd("DEL")
             .arg(self.key(key))
@@ -108,7 +113,7 @@ impl Redis {
         Ok(removed > 0)
     }
 
-    pub async fn increment(&self, key: &str, delta: i64) -> Result<i64, KvError> {
+    pub(super) async fn increment(&self, key: &str, delta: i64) -> Result<i64, KvError> {
         let mut conn = self.manager.clone();
         redis::cmd("INCRBY")
             .arg(self.key(key))
@@ -118,7 +123,7 @@ impl Redis {
             .map_err(failure)
     }
 
-    pub async fn compare_and_swap(
+    pub(super) async fn compare_and_swap(
         &self,
         key: &str,
         expected: Option<Vec<u8>>,

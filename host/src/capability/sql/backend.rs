@@ -50,7 +50,7 @@ pub(super) enum Pool {
 }
 
 impl Pool {
-    pub fn kind(&self) -> SqlKind {
+    pub(super) fn kind(&self) -> SqlKind {
         match self {
             Pool::Sqlite(_) => SqlKind::Sqlite,
             Pool::Postgres(_) => SqlKind::Postgres,
@@ -59,7 +59,7 @@ impl Pool {
     }
 
     /// A connection of the pool (opened if none is idle).
-    pub async fn acquire(&self) -> Result<Conn, sqlx::Error> {
+    pub(super) async fn acquire(&self) -> Result<Conn, sqlx::Error> {
         let mut watch = None;
         let link = match self {
             Pool::Sqlite(p) => {
@@ -118,7 +118,7 @@ pub(super) struct Conn {
 
 impl Conn {
     /// Whether an operation was cut off mid-way.
-    pub fn busy(&self) -> bool {
+    pub(super) fn busy(&self) -> bool {
         self.busy
     }
 
@@ -126,7 +126,11 @@ impl Conn {
     /// transaction that will write takes the write lock now (`write`), so it never fails later
     /// for want of it; one that only reads does not wait for writers. On the servers the same
     /// round trip reads the session's id, to cancel a statement later if need be.
-    pub async fn begin(&mut self, remaining: Duration, write: bool) -> Result<(), sqlx::Error> {
+    pub(super) async fn begin(
+        &mut self,
+        remaining: Duration,
+        write: bool,
+    ) -> Result<(), sqlx::Error> {
         self.clean = false;
         let statement = match self.link {
             Link::Sqlite(_) if write => "BEGIN IMMEDIATE".to_string(),
@@ -149,12 +153,12 @@ impl Conn {
     }
 
     /// The server's id of this session, once a transaction began.
-    pub fn server_id(&self) -> Option<u64> {
+    pub(super) fn server_id(&self) -> Option<u64> {
         self.server_id
     }
 
     /// `SELECT 1`, outside any transaction.
-    pub async fn ping(&mut self) -> Result<(), sqlx::Error> {
+    pub(super) async fn ping(&mut self) -> Result<(), sqlx::Error> {
         let _host = self.watch.as_ref().map(Watch::host);
         self.busy = true;
         match &mut self.link {
@@ -166,13 +170,13 @@ impl Conn {
         Ok(())
     }
 
-    pub async fn commit(&mut self) -> Result<(), sqlx::Error> {
+    pub(super) async fn commit(&mut self) -> Result<(), sqlx::Error> {
         self.control("COMMIT".into()).await?;
         self.clean = true;
         Ok(())
     }
 
-    pub async fn rollback(&mut self) -> Result<(), sqlx::Error> {
+    pub(super) async fn rollback(&mut self) -> Result<(), sqlx::Error> {
         self.control("ROLLBACK".into()).await?;
         self.clean = true;
         Ok(())
@@ -194,7 +198,7 @@ impl Conn {
     }
 
     /// Runs one of the host's own statements (the outbox's) in the message's transaction.
-    pub async fn run(
+    pub(super) async fn run(
         &mut self,
         statement: &str,
         params: Vec<Value>,
@@ -209,7 +213,7 @@ impl Conn {
 
     /// Runs a plugin's statement (which passed the guard) in the message's transaction; on
     /// SQLite it is stopped at `deadline` and the authorizer judges what it touches.
-    pub async fn run_guest(
+    pub(super) async fn run_guest(
         &mut self,
         statement: &str,
         params: Vec<Value>,

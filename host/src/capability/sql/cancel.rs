@@ -28,7 +28,7 @@ pub(super) struct Cancels(TaskTracker);
 
 impl Cancels {
     /// Cancels what session `id` runs (nothing without an id, or on SQLite).
-    pub fn cancel(&self, pool: &Pool, id: Option<u64>) {
+    pub(super) fn cancel(&self, pool: &Pool, id: Option<u64>) {
         let Some(id) = id else { return };
         let job = match pool {
             Pool::Sqlite(_) => return,
@@ -66,7 +66,7 @@ impl Cancels {
     }
 
     /// Waits for the cancels in flight (at most [`CANCEL_TIMEOUT`] each).
-    pub async fn finished(&self) {
+    pub(super) async fn finished(&self) {
         self.0.close();
         self.0.wait().await;
         self.0.reopen();

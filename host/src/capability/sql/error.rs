@@ -44,7 +44,7 @@ pub(super) struct Failure {
 }
 
 impl Failure {
-    pub fn unavailable(why: impl Into<String>) -> Failure {
+    pub(super) fn unavailable(why: impl Into<String>) -> Failure {
         Failure {
             error: SqlError::Unavailable(why.into()),
             lost: true,
@@ -53,14 +53,14 @@ impl Failure {
     }
 
     /// The handler's deadline passed during the call.
-    pub fn timed_out(why: impl Into<String>) -> Failure {
+    pub(super) fn timed_out(why: impl Into<String>) -> Failure {
         Failure {
             down: false,
             ..Failure::unavailable(why)
         }
     }
 
-    pub fn invalid(why: impl Into<String>) -> Failure {
+    pub(super) fn invalid(why: impl Into<String>) -> Failure {
         Failure {
             error: SqlError::Invalid(why.into()),
             lost: false,
@@ -68,7 +68,7 @@ impl Failure {
         }
     }
 
-    pub fn other(why: impl Into<String>) -> Failure {
+    pub(super) fn other(why: impl Into<String>) -> Failure {
         Failure {
             error: SqlError::Other(why.into()),
             lost: false,
@@ -85,13 +85,13 @@ impl Failure {
     }
 
     /// The same failure, marking the transaction gone.
-    pub fn lost(mut self) -> Failure {
+    pub(super) fn lost(mut self) -> Failure {
         self.lost = true;
         self
     }
 
     /// The metrics label of the error kind.
-    pub fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> &'static str {
         kind(&self.error)
     }
 }

@@ -96,7 +96,10 @@ impl Database {
     /// Builds the pool. PostgreSQL and MySQL connect lazily, so a server that is down at start
     /// only makes calls answer `unavailable`; a SQLite file is opened (and created, with its
     /// directory) now, so a path that cannot be is a start-up error.
-    pub async fn open(config: &SqlDatabaseConfig, recorder: Recorder) -> anyhow::Result<Database> {
+    pub(crate) async fn open(
+        config: &SqlDatabaseConfig,
+        recorder: Recorder,
+    ) -> anyhow::Result<Database> {
         let url = config.url.expose();
         let redacted = config.url.redacted_url();
         let max = config.max_connections;
@@ -127,12 +130,12 @@ impl Database {
     }
 
     /// Waits for the cancels of timed-out statements still on their way (shutdown).
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         self.cancels.finished().await;
     }
 
     /// Whether the database answers `SELECT 1` within [`PING_TIMEOUT`], for `/readyz`.
-    pub async fn ping(&self) -> Result<(), PingError> {
+    pub(crate) async fn ping(&self) -> Result<(), PingError> {
         let deadline = Instant::now() + PING_TIMEOUT;
         let result = self.connected(deadline, First::Ping).await.map(drop);
         self.down.store(result.is_err(), Ordering::Relaxed);

@@ -22,7 +22,7 @@ use super::{
 };
 
 /// RabbitMQ refuses a TTL above ten years (in milliseconds).
-pub const MAX_TTL: Duration = Duration::from_millis(315_360_000_000);
+pub(super) const MAX_TTL: Duration = Duration::from_millis(315_360_000_000);
 
 const DEFAULT_PREFETCH: u16 = 16;
 const DEFAULT_CONCURRENCY: u32 = 4;
@@ -45,7 +45,7 @@ const MAX_MEMORY_LIMIT: u64 = 4 << 30;
 const MIN_PLUGIN_SIZE: u64 = 1 << 10;
 const MAX_PLUGIN_SIZE: u64 = 4 << 30;
 
-pub fn parse(
+pub(super) fn parse(
     text: &str,
     path: &Path,
     env_url: Option<&str>,

@@ -78,7 +78,7 @@ impl Call {
 
 impl ComponentPlugin {
     /// Links `component`; an import the host does not offer is named in the error.
-    pub fn new(
+    pub(crate) fn new(
         file: &str,
         linker: &Linker<CState>,
         component: &Component,
@@ -103,7 +103,7 @@ impl ComponentPlugin {
 
     /// Runs the handler on one message. A new instance first takes a pool slot from `slots`
     /// (waiting for one); a warm instance already holds its own.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         input: Arc<Input>,
         limits: &Limits,

@@ -41,7 +41,7 @@ pub(crate) struct CState {
 }
 
 impl CState {
-    pub fn new(input: Arc<Input>, memory_limit: u64, deadline: Instant) -> CState {
+    pub(crate) fn new(input: Arc<Input>, memory_limit: u64, deadline: Instant) -> CState {
         let stdout = BoundedPipe::default();
         let stderr = BoundedPipe::default();
         // The builder grants nothing by default: no preopened dirs, no env, no args, stdin
@@ -79,7 +79,7 @@ impl CState {
 
     /// Starts the next message (in a new or a reused instance): nothing of the last call's
     /// output stays, and the capabilities begin under this message's grants.
-    pub fn begin(&mut self, input: Arc<Input>, plugin: &Arc<str>, deadline: Instant) {
+    pub(crate) fn begin(&mut self, input: Arc<Input>, plugin: &Arc<str>, deadline: Instant) {
         let scope = Scope {
             plugin: plugin.clone(),
             queue: input.meta.queue.clone(),
@@ -97,12 +97,12 @@ impl CState {
 
     /// The message's capability effects, still open: the caller commits or undoes them. A
     /// dry run's are never committed.
-    pub fn take_effects(&mut self) -> Effects {
+    pub(crate) fn take_effects(&mut self) -> Effects {
         Effects::take(&mut self.capabilities, self.input.granted.capture.is_some())
     }
 
     /// Moves captured stdout/stderr into the log buffer and hands over the call's output.
-    pub fn finish(&mut self) -> (LogBuffer, Pending) {
+    pub(crate) fn finish(&mut self) -> (LogBuffer, Pending) {
         let out = self.stdout.take();
         let err = self.stderr.take();
         self.logs.push_text(LogLevel::Info, LogSource::Stdout, &out);

@@ -32,7 +32,7 @@ pub(super) struct Ctx {
 
 impl Ctx {
     /// An instance that has begun a message with `timeout` to go (no store: not granted).
-    pub fn message(&self, timeout: Duration) -> Instance {
+    pub(super) fn message(&self, timeout: Duration) -> Instance {
         message(Some(self.store.clone()), timeout)
     }
 }

@@ -35,7 +35,7 @@ pub(super) struct Ctx {
 
 impl Ctx {
     /// The `n`th (1-based) placeholder: `$n` on PostgreSQL, `?` elsewhere.
-    pub fn p(&self, n: usize) -> String {
+    pub(super) fn p(&self, n: usize) -> String {
         match self.kind {
             SqlKind::Postgres => format!("${n}"),
             _ => "?".to_string(),
@@ -43,18 +43,18 @@ impl Ctx {
     }
 
     /// `VALUES (...)` placeholders for `n` parameters.
-    pub fn values(&self, n: usize) -> String {
+    pub(super) fn values(&self, n: usize) -> String {
         let list: Vec<String> = (1..=n).map(|i| self.p(i)).collect();
         format!("VALUES ({})", list.join(", "))
     }
 
     /// An instance that has begun a message with `timeout` to go.
-    pub fn message(&self, timeout: Duration) -> Instance {
+    pub(super) fn message(&self, timeout: Duration) -> Instance {
         message(Some(self.db.clone()), timeout)
     }
 
     /// Runs `sql` outside any message (setup, cleanup, checks), on a connection of the pool.
-    pub async fn exec(&self, sql: &str) {
+    pub(super) async fn exec(&self, sql: &str) {
         let sql = sqlx::AssertSqlSafe(sql.to_string());
         let done = match &self.db.pool {
             Pool::Sqlite(p) => sqlx::raw_sql(sql).execute(p).await.map(drop),
@@ -65,7 +65,7 @@ impl Ctx {
     }
 
     /// `SELECT COUNT(*) FROM table`, seen from another connection.
-    pub async fn count(&self, table: &str) -> i64 {
+    pub(super) async fn count(&self, table: &str) -> i64 {
         let sql = sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}"));
         match &self.db.pool {
             Pool::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await,
@@ -76,7 +76,7 @@ impl Ctx {
     }
 
     /// The `capability_up` gauge of this database, once set.
-    pub fn up(&self) -> Option<i64> {
+    pub(super) fn up(&self) -> Option<i64> {
         let store = format!("store=\"{}\"", self.db.recorder.store());
         let text = self.metrics.encode(None);
         text.lines()
@@ -86,7 +86,7 @@ impl Ctx {
     }
 
     /// How many calls the metrics counted with `result`.
-    pub fn calls(&self, result: &str) -> u64 {
+    pub(super) fn calls(&self, result: &str) -> u64 {
         let store = self.db.recorder.store();
         let text = self.metrics.encode(None);
         let needle = format!("result=\"{result}\"");

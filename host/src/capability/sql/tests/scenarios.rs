@@ -10,7 +10,7 @@ const TIME: Duration = Duration::from_secs(10);
 
 /// Every WIT variant goes in as a parameter and comes back the same. `types` are the column
 /// types for boolean, int, float, text and bytes.
-pub async fn round_trip(ctx: &Ctx, types: [&str; 5]) {
+pub(super) async fn round_trip(ctx: &Ctx, types: [&str; 5]) {
     let t = unique("sql_rt");
     let [b, i, f, s, y] = types;
     ctx.exec(&format!(
@@ -70,7 +70,7 @@ pub async fn round_trip(ctx: &Ctx, types: [&str; 5]) {
 
 /// Committed rows are seen by another connection, and only after the commit; the instance is
 /// reused for a next message whose rollback leaves them be.
-pub async fn commit_is_visible_and_rollback_leaves_nothing(ctx: &Ctx) {
+pub(super) async fn commit_is_visible_and_rollback_leaves_nothing(ctx: &Ctx) {
     let t = unique("sql_commit");
     ctx.exec(&format!("CREATE TABLE {t} (id INTEGER PRIMARY KEY)"))
         .await;
@@ -101,7 +101,7 @@ pub async fn commit_is_visible_and_rollback_leaves_nothing(ctx: &Ctx) {
 
 /// A violated constraint is `constraint`, undoes only its own statement, and the message goes
 /// on to commit the rest.
-pub async fn constraint_violation_is_reported_and_the_rest_commits(ctx: &Ctx) {
+pub(super) async fn constraint_violation_is_reported_and_the_rest_commits(ctx: &Ctx) {
     let t = unique("sql_constraint");
     ctx.exec(&format!(
         "CREATE TABLE {t} (id INTEGER PRIMARY KEY, v VARCHAR(10) NOT NULL)"
@@ -128,7 +128,7 @@ pub async fn constraint_violation_is_reported_and_the_rest_commits(ctx: &Ctx) {
 }
 
 /// Statements the database cannot run as written are `invalid`, and do not spoil the message.
-pub async fn invalid_statements(ctx: &Ctx) {
+pub(super) async fn invalid_statements(ctx: &Ctx) {
     let t = unique("sql_invalid");
     ctx.exec(&format!("CREATE TABLE {t} (a INTEGER, b INTEGER)"))
         .await;
@@ -159,7 +159,7 @@ pub async fn invalid_statements(ctx: &Ctx) {
 /// A statement still running at the deadline is cut off as `unavailable`; the message's
 /// transaction is gone: later statements fail, the commit fails, nothing stays. `sleep` runs
 /// longer than the 10 s the cut-off may take (MariaDB's DROP TABLE then waits for it to end).
-pub async fn statement_past_the_deadline_is_cut_off(ctx: &Ctx, sleep: &str) {
+pub(super) async fn statement_past_the_deadline_is_cut_off(ctx: &Ctx, sleep: &str) {
     let t = unique("sql_deadline");
     ctx.exec(&format!("CREATE TABLE {t} (id INTEGER)")).await;
     let mut m = ctx.message(Duration::from_secs(2));
@@ -189,7 +189,7 @@ pub async fn statement_past_the_deadline_is_cut_off(ctx: &Ctx, sleep: &str) {
 
 /// A server that does not listen: the call answers `unavailable` within the deadline, and
 /// `/readyz`'s ping says so, without the password.
-pub async fn closed_port_is_unavailable(ctx: &Ctx) {
+pub(super) async fn closed_port_is_unavailable(ctx: &Ctx) {
     let deadline = Duration::from_millis(1000);
     let mut m = ctx.message(deadline);
     let started = Instant::now();
@@ -210,7 +210,7 @@ pub async fn closed_port_is_unavailable(ctx: &Ctx) {
 }
 
 /// A port nothing listens on.
-pub fn closed_port() -> u16 {
+pub(super) fn closed_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     drop(listener);
