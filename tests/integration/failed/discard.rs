@@ -4,32 +4,16 @@
 use worker_host::failed::{self, Selection};
 
 use super::support::*;
-use crate::cli::{assert_no_panic, text, worker_host};
 use crate::harness;
 
 /// Runs `worker-host --log-format json failed discard -c <setup> --queue <q> ARGS...`.
 fn discard(s: &Setup, args: &[&str]) -> (Option<i32>, String, Vec<serde_json::Value>) {
-    let config = s.config_path();
-    let q = s.q();
-    let mut all = vec![
-        "--log-format",
-        "json",
-        "failed",
-        "discard",
-        "-c",
-        config.to_str().expect("utf-8 path"),
-        "--queue",
-        &q,
-    ];
-    all.extend_from_slice(args);
-    let out = worker_host(&all, &[]);
-    let (stdout, stderr) = text(&out);
-    assert_no_panic(&stderr);
+    let (code, stdout, stderr) = run_failed(s, "discard", args);
     let logs = stderr
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l}")))
         .collect();
-    (out.status.code(), stdout, logs)
+    (code, stdout, logs)
 }
 
 fn audits(logs: &[serde_json::Value]) -> Vec<&serde_json::Value> {

@@ -186,3 +186,25 @@ pub fn ids(lines: &[serde_json::Value]) -> Vec<String> {
         .map(|l| l["id"].as_str().expect("an id").to_string())
         .collect()
 }
+
+/// Runs `worker-host --log-format json failed ACTION -c <setup> --queue <q> ARGS...`: its exit
+/// code, stdout and stderr (the JSON log lines), after checking that nothing panicked.
+pub fn run_failed(s: &Setup, action: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let config = s.config_path();
+    let q = s.q();
+    let mut all = vec![
+        "--log-format",
+        "json",
+        "failed",
+        action,
+        "-c",
+        config.to_str().expect("utf-8 path"),
+        "--queue",
+        &q,
+    ];
+    all.extend_from_slice(args);
+    let out = crate::cli::worker_host(&all, &[]);
+    let (stdout, stderr) = crate::cli::text(&out);
+    crate::cli::assert_no_panic(&stderr);
+    (out.status.code(), stdout, stderr)
+}
