@@ -169,28 +169,41 @@ fn colour(format: LogFormat) -> bool {
     format == LogFormat::Text && !no_color && std::io::stderr().is_terminal()
 }
 
-/// Resolves on the first SIGTERM or SIGINT; a second one exits at once.
+/// Resolves on the first SIGTERM or SIGINT; a second one exits at once. The same listeners
+/// hear both: a second signal sent while the first is being logged is not lost.
 async fn shutdown_signal() {
-    wait_for_signal().await;
+    let Some(mut signals) = Signals::listen() else {
+        // Without signal handlers the service can only be killed; run anyway.
+        return std::future::pending().await;
+    };
+    signals.next().await;
     tracing::info!("signal received: draining (a second signal exits at once)");
-    tokio::spawn(async {
-        wait_for_signal().await;
+    tokio::spawn(async move {
+        signals.next().await;
         tracing::warn!("second signal: exiting now");
         std::process::exit(130);
     });
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        // Without signal handlers the service can only be killed; run anyway.
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, listened to from the start.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn listen() -> Option<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Some(Signals {
+            term: signal(SignalKind::terminate()).ok()?,
+            int: signal(SignalKind::interrupt()).ok()?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
