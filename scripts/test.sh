@@ -40,23 +40,6 @@ step "building plugins from source" scripts/build-plugins.sh
 step "host and SDK tests (unit, doc, integration against RabbitMQ)" \
   cargo test --workspace --locked -- --skip broker_restart_ --skip broker_global_ --skip server_restart_ \
     --skip cluster_
-# The host's unit tests that need PostgreSQL, MariaDB or Redis are #[ignore]d, so that
-# `cargo test --lib` passes on a machine without servers; here the servers run, so they run too,
-# from the unit-test binary the step above built (`cargo test --lib` would resolve other features
-# and compile the host again).
-unit_ignored() {
-  local bin
-  bin=$(cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
-    grep '"kind":\["lib"\],"crate_types":\["lib"\],"name":"worker_host"' |
-    grep -o '"executable":"[^"]*"' | cut -d'"' -f4)
-  if [ ! -x "$bin" ]; then
-    echo "test.sh: no unit test binary of worker_host from cargo test --workspace --no-run" >&2
-    return 1
-  fi
-  (cd host && "$bin" --ignored)
-}
-step "the host's unit tests that need PostgreSQL, MariaDB or Redis (#[ignore]d without them)" \
-  unit_ignored
 # The integration test binary the step above built, run directly: another cargo selection (`-p
 # worker-host`, `--test integration`) resolves other features and compiles the host again (9 min
 # on 2 cores). Run from host/, as cargo runs it.

@@ -1,8 +1,7 @@
 //! Tests of the key-value capability on both backends: redb files in temporary directories and
 //! the Redis server of this machine (a server that does not answer fails the test with the
 //! command that starts it). Every Redis test works in a store of its own name and removes its
-//! keys. The tests that need the server are `#[ignore]`d, so `cargo test --lib` runs without
-//! one; scripts/test.sh runs them with `--ignored`.
+//! keys.
 
 mod embedded;
 mod redis;

@@ -14,37 +14,31 @@ async fn with_store<F: AsyncFnOnce(&Ctx)>(max_value_size: u64, scenario: F) {
 }
 
 #[tokio::test]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn operations() {
     with_store(DEFAULT_KV_MAX_VALUE, scenarios::operations).await;
 }
 
 #[tokio::test]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn increment() {
     with_store(DEFAULT_KV_MAX_VALUE, scenarios::increment).await;
 }
 
 #[tokio::test]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn compare_and_swap() {
     with_store(DEFAULT_KV_MAX_VALUE, scenarios::compare_and_swap).await;
 }
 
 #[tokio::test]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn ttl() {
     with_store(DEFAULT_KV_MAX_VALUE, scenarios::ttl).await;
 }
 
 #[tokio::test]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn limits() {
     with_store(1000, async |ctx| scenarios::limits(ctx, 1000).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn cas_contention() {
     with_store(DEFAULT_KV_MAX_VALUE, async |ctx| {
         scenarios::cas_contention(ctx, 25).await;
@@ -53,20 +47,17 @@ async fn cas_contention() {
 }
 
 #[tokio::test]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn through_instance() {
     with_store(DEFAULT_KV_MAX_VALUE, scenarios::through_instance).await;
 }
 
 #[tokio::test]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn past_deadline() {
     with_store(DEFAULT_KV_MAX_VALUE, scenarios::past_deadline).await;
 }
 
 /// A store's keys live under `kv:{store}:`; another store of the same server does not see them.
 #[tokio::test]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn keys_are_namespaced_per_store() {
     let a = redis(DEFAULT_KV_MAX_VALUE).await;
     let b = redis(DEFAULT_KV_MAX_VALUE).await;
@@ -195,7 +186,6 @@ async fn until_set(ctx: &Ctx) {
 /// Down at start, then up: the store connects by itself; then stopped and started again: calls
 /// answer `unavailable` meanwhile and work again after, and `/readyz` follows.
 #[tokio::test]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn reconnects_when_the_server_comes_back() {
     super::redis_up();
     let port = closed_port();
@@ -229,7 +219,6 @@ async fn reconnects_when_the_server_comes_back() {
 /// `rediss://` builds a TLS client (rustls over ring) without panicking; a server that does
 /// not speak TLS answers `unavailable`.
 #[tokio::test]
-#[ignore = "needs Redis: scripts/test.sh runs it"]
 async fn tls_to_a_plain_server_is_unavailable() {
     super::redis_up();
     let url = Secret::new("rediss://127.0.0.1:6379/0");

@@ -1,8 +1,6 @@
 //! Tests of the SQL capability on the real backends: SQLite in a temporary directory, and the
 //! PostgreSQL and MariaDB servers of this machine (a server that does not answer fails the test
-//! with the command that starts it). Every test works on tables of its own name. The tests that
-//! need a server are `#[ignore]`d, so `cargo test --lib` runs without one; scripts/test.sh runs
-//! them with `--ignored`.
+//! with the command that starts it). Every test works on tables of its own name.
 
 mod mysql;
 mod outbox;

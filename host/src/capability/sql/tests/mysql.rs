@@ -13,14 +13,12 @@ async fn mysql() -> Ctx {
 }
 
 #[tokio::test]
-#[ignore = "needs MariaDB: scripts/test.sh runs it"]
 async fn values_round_trip() {
     let ctx = mysql().await;
     scenarios::round_trip(&ctx, ["BOOLEAN", "BIGINT", "DOUBLE", "TEXT", "BLOB"]).await;
 }
 
 #[tokio::test]
-#[ignore = "needs MariaDB: scripts/test.sh runs it"]
 async fn column_types_map_to_values() {
     let ctx = mysql().await;
     let t = super::unique("sql_types");
@@ -73,25 +71,21 @@ async fn column_types_map_to_values() {
 }
 
 #[tokio::test]
-#[ignore = "needs MariaDB: scripts/test.sh runs it"]
 async fn commit_is_visible_and_rollback_leaves_nothing() {
     scenarios::commit_is_visible_and_rollback_leaves_nothing(&mysql().await).await;
 }
 
 #[tokio::test]
-#[ignore = "needs MariaDB: scripts/test.sh runs it"]
 async fn constraint_violation_is_reported_and_the_rest_commits() {
     scenarios::constraint_violation_is_reported_and_the_rest_commits(&mysql().await).await;
 }
 
 #[tokio::test]
-#[ignore = "needs MariaDB: scripts/test.sh runs it"]
 async fn invalid_statements() {
     scenarios::invalid_statements(&mysql().await).await;
 }
 
 #[tokio::test]
-#[ignore = "needs MariaDB: scripts/test.sh runs it"]
 async fn statement_past_the_deadline_is_cut_off() {
     let ctx = mysql().await;
     scenarios::statement_past_the_deadline_is_cut_off(&ctx, "SELECT SLEEP(15)").await;
@@ -105,7 +99,6 @@ async fn closed_port_is_unavailable() {
 }
 
 #[tokio::test]
-#[ignore = "needs MariaDB: scripts/test.sh runs it"]
 async fn ping_answers() {
     assert_eq!(mysql().await.db.ping().await, Ok(()));
 }

@@ -115,14 +115,12 @@ async fn sqlite_outbox() {
 }
 
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn postgres_outbox() {
     require_server(SqlKind::Postgres, POSTGRES_URL, "service postgresql start").await;
     scenario(&open(SqlKind::Postgres, POSTGRES_URL, None).await).await;
 }
 
 #[tokio::test]
-#[ignore = "needs MariaDB: scripts/test.sh runs it"]
 async fn mysql_outbox() {
     require_server(SqlKind::MySql, MYSQL_URL, "service mariadb start").await;
     scenario(&open(SqlKind::MySql, MYSQL_URL, None).await).await;

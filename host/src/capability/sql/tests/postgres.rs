@@ -15,7 +15,6 @@ async fn postgres() -> Ctx {
 }
 
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn values_round_trip() {
     let ctx = postgres().await;
     scenarios::round_trip(
@@ -26,7 +25,6 @@ async fn values_round_trip() {
 }
 
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn column_types_map_to_values() {
     let ctx = postgres().await;
     let mut m = ctx.message(Duration::from_secs(10));
@@ -74,7 +72,6 @@ async fn column_types_map_to_values() {
 }
 
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn enums_domains_and_typed_nulls() {
     let ctx = postgres().await;
     let (mood, pos, t) = (
@@ -140,25 +137,21 @@ async fn enums_domains_and_typed_nulls() {
 }
 
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn commit_is_visible_and_rollback_leaves_nothing() {
     scenarios::commit_is_visible_and_rollback_leaves_nothing(&postgres().await).await;
 }
 
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn constraint_violation_is_reported_and_the_rest_commits() {
     scenarios::constraint_violation_is_reported_and_the_rest_commits(&postgres().await).await;
 }
 
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn invalid_statements() {
     scenarios::invalid_statements(&postgres().await).await;
 }
 
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn statement_past_the_deadline_is_cut_off() {
     let ctx = postgres().await;
     scenarios::statement_past_the_deadline_is_cut_off(&ctx, "SELECT pg_sleep(15)").await;
@@ -172,7 +165,6 @@ async fn closed_port_is_unavailable() {
 }
 
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn ping_answers() {
     assert_eq!(postgres().await.db.ping().await, Ok(()));
 }
@@ -180,7 +172,6 @@ async fn ping_answers() {
 /// A pooled connection the server has since closed (restart, idle limit, terminated) is
 /// replaced at BEGIN: the message does not notice.
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn a_connection_the_server_closed_is_replaced() {
     use sqlx::Connection as _;
     let ctx = postgres().await;
@@ -232,7 +223,6 @@ async fn a_connection_the_server_closed_is_replaced() {
 /// A commit the database refuses (a deferred constraint) comes back as the commit's error,
 /// which the engine turns into a retry; nothing stays.
 #[tokio::test]
-#[ignore = "needs PostgreSQL: scripts/test.sh runs it"]
 async fn a_refused_commit_is_an_error() {
     let ctx = postgres().await;
     let t = super::unique("sql_deferred");
