@@ -101,6 +101,14 @@ pub async fn get(ch: &lapin::Channel, queue: &str) -> Option<lapin::message::Bas
 
 /// Messages ready in `queue` (declares it passively; panics if missing).
 pub async fn depth(ch: &lapin::Channel, queue: &str) -> u32 {
+    passive(ch, queue)
+        .await
+        .unwrap_or_else(|e| panic!("queue {queue} missing: {e}"))
+        .message_count()
+}
+
+/// A passive declare of `queue`: what the broker says of it, or why not (it closes `ch`).
+async fn passive(ch: &lapin::Channel, queue: &str) -> lapin::Result<lapin::Queue> {
     ch.queue_declare(
         queue.into(),
         lapin::options::QueueDeclareOptions {
@@ -110,8 +118,6 @@ pub async fn depth(ch: &lapin::Channel, queue: &str) -> u32 {
         lapin::types::FieldTable::default(),
     )
     .await
-    .unwrap_or_else(|e| panic!("queue {queue} missing: {e}"))
-    .message_count()
 }
 
 /// Deletes queues and exchanges a test declared (ignores ones already gone).
@@ -137,17 +143,7 @@ pub async fn cleanup(queues: &[String], exchanges: &[String]) {
 /// the next channel open with that error once: also None, so a polling caller tries again).
 pub async fn probe(conn: &Connection, queue: &str) -> Option<lapin::Queue> {
     let ch = conn.create_channel().await.ok()?;
-    let q = ch
-        .queue_declare(
-            queue.into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            lapin::types::FieldTable::default(),
-        )
-        .await
-        .ok();
+    let q = passive(&ch, queue).await.ok();
     if q.is_some() {
         let _ = ch.close(200, "probe".into()).await;
     }

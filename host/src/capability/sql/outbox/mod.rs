@@ -65,12 +65,6 @@ pub(crate) enum RecordError {
 #[error("{0}")]
 pub(crate) struct OutboxError(String);
 
-impl From<String> for OutboxError {
-    fn from(why: String) -> OutboxError {
-        OutboxError(why)
-    }
-}
-
 impl From<&str> for OutboxError {
     fn from(why: &str) -> OutboxError {
         OutboxError(why.to_string())
