@@ -37,15 +37,17 @@ reset_broker
 ensure_services
 ensure_packages tests browser
 step "building plugins from source" scripts/build-plugins.sh
+# `server-tests`: the host's unit tests that talk to PostgreSQL, MariaDB and Redis run too.
+CARGO_TEST=(cargo test --workspace --locked --features worker-host/server-tests)
 step "host and SDK tests (unit, doc, integration against RabbitMQ)" \
-  cargo test --workspace --locked -- --skip broker_restart_ --skip broker_global_ --skip server_restart_ \
+  "${CARGO_TEST[@]}" -- --skip broker_restart_ --skip broker_global_ --skip server_restart_ \
     --skip cluster_
 # The integration test binary the step above built, run directly: another cargo selection (`-p
 # worker-host`, `--test integration`) resolves other features and compiles the host again (9 min
 # on 2 cores). Run from host/, as cargo runs it.
 integration() {
   local bin
-  bin=$(cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
+  bin=$("${CARGO_TEST[@]}" --no-run --message-format=json 2>/dev/null |
     grep '"name":"integration"' | grep -o '"executable":"[^"]*"' | cut -d'"' -f4)
   if [ ! -x "$bin" ]; then
     echo "test.sh: no integration test binary from cargo test --workspace --no-run" >&2

@@ -11,6 +11,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("scaffold", 0),
     ("stdout", 0),
     ("telemetry", 0),
+    ("testing", 0),
     ("wit", 0),
     ("broker", 1),
     ("metrics", 1),

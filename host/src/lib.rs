@@ -31,6 +31,8 @@ mod scaffold;
 pub mod service;
 mod stdout;
 pub mod telemetry;
+#[cfg(test)]
+mod testing;
 pub mod topology;
 mod wit;
 

@@ -1,11 +1,13 @@
 //! The Redis backend: the shared scenarios on the machine's server, keys namespaced per store,
 //! and a server that is down, silent or comes back.
 
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Ctx, closed_port, deadline, open, raw_redis, redis, scenarios, unique};
+use super::{Ctx, deadline, open, scenarios};
 use crate::config::{DEFAULT_KV_MAX_VALUE, KvBackend, Secret};
+use crate::testing::unique;
 use crate::wit::worker::plugin::kv::{Host as _, KvError};
 
 /// Runs `scenario` on a fresh store (whose keys are removed when it drops).
@@ -187,7 +189,7 @@ async fn until_set(ctx: &Ctx) {
 /// answer `unavailable` meanwhile and work again after, and `/readyz` follows.
 #[tokio::test]
 async fn reconnects_when_the_server_comes_back() {
-    super::redis_up();
+    redis_up();
     let port = closed_port();
     let url = Secret::new(format!("redis://127.0.0.1:{port}/0"));
     let ctx = open(&unique("back"), KvBackend::Redis { url }, 100).await;
@@ -220,10 +222,71 @@ async fn reconnects_when_the_server_comes_back() {
 /// not speak TLS answers `unavailable`.
 #[tokio::test]
 async fn tls_to_a_plain_server_is_unavailable() {
-    super::redis_up();
+    redis_up();
     let url = Secret::new("rediss://127.0.0.1:6379/0");
     let ctx = open(&unique("tls"), KvBackend::Redis { url }, 100).await;
     let mut m = ctx.message(Duration::from_secs(3));
     let err = m.get("k".into()).await.unwrap_err();
     assert!(matches!(err, KvError::Unavailable(_)), "{err:?}");
+}
+
+const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+
+/// A Redis store of a fresh name; fails the test if Redis does not answer.
+async fn redis(max_value_size: u64) -> Ctx {
+    redis_up();
+    let url = Secret::new(REDIS_URL);
+    let name = unique("t");
+    let mut ctx = open(&name, KvBackend::Redis { url }, max_value_size).await;
+    ctx._keys = Some(Box::new(RedisKeys(name)));
+    ctx
+}
+
+/// Fails (never skips) when the machine's Redis is not there.
+fn redis_up() {
+    let addr = SocketAddr::from(([127, 0, 0, 1], 6379));
+    if TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err() {
+        panic!(
+            "Redis does not answer on 127.0.0.1:6379: start it with `redis-server --daemonize yes`"
+        );
+    }
+}
+
+/// A raw connection to the test Redis, beside the store's.
+async fn raw_redis() -> ::redis::aio::MultiplexedConnection {
+    ::redis::Client::open(REDIS_URL)
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis answers: start it with `redis-server --daemonize yes`")
+}
+
+/// The keys of a Redis store under test, removed from the server on drop.
+struct RedisKeys(String);
+
+impl Drop for RedisKeys {
+    fn drop(&mut self) {
+        let removed = ::redis::Client::open(REDIS_URL)
+            .and_then(|c| c.get_connection())
+            .and_then(|mut conn| {
+                let keys: Vec<String> = ::redis::cmd("KEYS")
+                    .arg(format!("kv:{}:*", self.0))
+                    .query(&mut conn)?;
+                if !keys.is_empty() {
+                    ::redis::cmd("DEL").arg(keys).exec(&mut conn)?;
+                }
+                Ok(())
+            });
+        if let Err(e) = removed {
+            eprintln!("could not remove the keys of store {}: {e}", self.0);
+        }
+    }
+}
+
+/// A port on which nothing listens.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("local addr").port();
+    drop(listener);
+    port
 }

@@ -1,15 +1,20 @@
 //! Tests of the SQL capability on the real backends: SQLite in a temporary directory, and the
 //! PostgreSQL and MariaDB servers of this machine (a server that does not answer fails the test
-//! with the command that starts it). Every test works on tables of its own name.
+//! with the command that starts it). Every test works on tables of its own name. The server
+//! tests are built with the `server-tests` feature, which scripts/test.sh always turns on, so
+//! `cargo test --lib` alone needs no server.
 
+#[cfg(feature = "server-tests")]
 mod mysql;
 mod outbox;
+#[cfg(feature = "server-tests")]
 mod postgres;
 mod scenarios;
+#[cfg(feature = "server-tests")]
+mod server;
 mod sqlite;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::backend::Pool;
@@ -17,10 +22,8 @@ use super::{Database, Instance};
 use crate::capability::{Capability as _, Recorder, Scope};
 use crate::config::{Secret, SqlDatabaseConfig, SqlKind};
 use crate::metrics::Metrics;
+pub(super) use crate::testing::unique;
 use crate::wit::worker::plugin::sql::{Host as _, SqlError, Value};
-
-pub(super) const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-pub(super) const MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
 
 /// A database under test, and how its statements write parameters.
 pub(super) struct Ctx {
@@ -113,16 +116,6 @@ pub(super) fn scope(timeout: Duration) -> Scope {
     }
 }
 
-/// A name no other test (or earlier run) uses.
-pub(super) fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("{prefix}_{}_{n}_{nanos}", std::process::id())
-}
-
 pub(super) fn config(kind: SqlKind, url: &str, name: &str) -> SqlDatabaseConfig {
     SqlDatabaseConfig {
         name: name.to_string(),
@@ -145,41 +138,6 @@ pub(super) async fn open(kind: SqlKind, url: &str, dir: Option<tempfile::TempDir
         metrics,
         kind,
         _dir: dir,
-    }
-}
-
-/// Fails (never skips) unless `url` accepts a session and answers `SELECT 1`, naming the
-/// command that starts the server. A server still starting up (or restarting under another
-/// test) gets up to 30 s; the last error is in the message, since a port that answers is not
-/// enough (wrong authentication, a missing database).
-pub(super) async fn require_server(kind: SqlKind, url: &str, start: &str) {
-    use sqlx::Connection as _;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let attempt = async {
-            match kind {
-                SqlKind::Postgres => {
-                    let mut c = sqlx::PgConnection::connect(url).await?;
-                    sqlx::query("SELECT 1").execute(&mut c).await.map(drop)
-                }
-                _ => {
-                    let mut c = sqlx::MySqlConnection::connect(url).await?;
-                    sqlx::query("SELECT 1").execute(&mut c).await.map(drop)
-                }
-            }
-        };
-        let error = match tokio::time::timeout(Duration::from_secs(5), attempt).await {
-            Ok(Ok(())) => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "no answer within 5 s".to_string(),
-        };
-        if Instant::now() >= deadline {
-            panic!(
-                "{url} does not answer SELECT 1: {error}\nstart the server with `{start}`, or run \
-                 scripts/services.sh (it installs, starts and configures every server these tests use)"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

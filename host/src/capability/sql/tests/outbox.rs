@@ -5,7 +5,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::super::outbox::{Outgoing, Record, RecordError};
-use super::{Ctx, MYSQL_URL, POSTGRES_URL, open, require_server, unique};
+#[cfg(feature = "server-tests")]
+use super::server::{MYSQL_URL, POSTGRES_URL, require_server};
+use super::{Ctx, open, unique};
 use crate::config::SqlKind;
 use crate::wit::worker::plugin::sql::{Host as _, Value};
 
@@ -114,12 +116,14 @@ async fn sqlite_outbox() {
     scenario(&open(SqlKind::Sqlite, &url, Some(dir)).await).await;
 }
 
+#[cfg(feature = "server-tests")]
 #[tokio::test]
 async fn postgres_outbox() {
     require_server(SqlKind::Postgres, POSTGRES_URL, "service postgresql start").await;
     scenario(&open(SqlKind::Postgres, POSTGRES_URL, None).await).await;
 }
 
+#[cfg(feature = "server-tests")]
 #[tokio::test]
 async fn mysql_outbox() {
     require_server(SqlKind::MySql, MYSQL_URL, "service mariadb start").await;

@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use super::{
-    Ctx, POSTGRES_URL, assert_kind, assert_values, e, open, require_server, scenarios, text,
-};
+use super::server::{self, POSTGRES_URL, require_server};
+use super::{Ctx, assert_kind, assert_values, e, open, scenarios, text};
 use crate::capability::Capability as _;
 use crate::config::SqlKind;
 use crate::wit::worker::plugin::sql::{Host as _, Value};
@@ -154,14 +153,14 @@ async fn invalid_statements() {
 #[tokio::test]
 async fn statement_past_the_deadline_is_cut_off() {
     let ctx = postgres().await;
-    scenarios::statement_past_the_deadline_is_cut_off(&ctx, "SELECT pg_sleep(15)").await;
+    server::statement_past_the_deadline_is_cut_off(&ctx, "SELECT pg_sleep(15)").await;
 }
 
 #[tokio::test]
 async fn closed_port_is_unavailable() {
-    let port = scenarios::closed_port();
+    let port = server::closed_port();
     let url = format!("postgres://postgres:secret@127.0.0.1:{port}/test");
-    scenarios::closed_port_is_unavailable(&open(SqlKind::Postgres, &url, None).await).await;
+    server::closed_port_is_unavailable(&open(SqlKind::Postgres, &url, None).await).await;
 }
 
 #[tokio::test]
