@@ -51,6 +51,8 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 mod bare;
 #[path = "throughput/batch.rs"]
 mod batch;
+#[path = "throughput/before.rs"]
+mod before;
 #[path = "throughput/calls.rs"]
 mod calls;
 #[path = "throughput/caps.rs"]
@@ -72,6 +74,7 @@ mod targets;
 #[path = "throughput/traced.rs"]
 mod traced;
 use bare::{Bare, bare};
+use before::Side;
 use cpu::{CpuMark, CpuUse};
 use process::*;
 
@@ -144,6 +147,8 @@ async fn bench(args: Args) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     // Built by cargo for this bench, in whatever target dir it uses (CARGO_TARGET_DIR too).
     let host_bin = PathBuf::from(env!("CARGO_BIN_EXE_worker-host"));
+    let before_bin = before::binary();
+    let mut compared = before::Table::default();
     let user_monitor = root.join("plugins/user_monitor.wasm");
     let n = args.messages;
     println!(
@@ -193,11 +198,25 @@ async fn bench(args: Args) {
             ('c', &mut c, Plugin::Wat(RETRY_ONCE_WAT), &body, 5),
             ('d', &mut d, Plugin::File(&user_monitor), &json, 6),
         ] {
-            if on(letter) {
-                let run = host(&host_bin, plugin, n, payload, letter).await;
-                out.push(run.rate);
-                cpu[i].push(run.cpu);
-                peak_rss = peak_rss.max(run.rss);
+            if !on(letter) {
+                continue;
+            }
+            for side in Side::order(run) {
+                let name = format!("({letter})");
+                match (side, &before_bin) {
+                    (Side::After, _) => {
+                        let run = host(&host_bin, plugin, n, payload, letter).await;
+                        out.push(run.rate);
+                        cpu[i].push(run.cpu);
+                        peak_rss = peak_rss.max(run.rss);
+                        compared.push(&name, side, run.rate, Some(run.cpu));
+                    }
+                    (Side::Before, Some(bin)) => {
+                        let run = host(bin, plugin, n, payload, letter).await;
+                        compared.push(&name, side, run.rate, Some(run.cpu));
+                    }
+                    (Side::Before, None) => {}
+                }
             }
         }
         if on('B') {
@@ -344,7 +363,14 @@ async fn bench(args: Args) {
     let mut outbox_sqlite = f64::NAN;
     if on('k') {
         let probe = root.join("plugins/cap_probe.wasm");
-        outbox_sqlite = caps::bench(&host_bin, &probe, n.min(5_000), args.runs).await;
+        let bins = caps::Bins {
+            after: &host_bin,
+            before: before_bin.as_deref(),
+        };
+        outbox_sqlite = caps::bench(bins, &probe, n.min(5_000), args.runs, &mut compared).await;
+    }
+    if let Some(bin) = &before_bin {
+        compared.print(bin);
     }
     let us = |label| calls::median_of(&calls, label);
     targets::print(&targets::Measured {

@@ -120,10 +120,23 @@ fn cases(table: &str) -> Vec<Case> {
     ]
 }
 
+/// The binaries (k) measures: this tree's, and an earlier one to compare with.
+#[derive(Clone, Copy)]
+pub(crate) struct Bins<'a> {
+    pub(crate) after: &'a Path,
+    pub(crate) before: Option<&'a Path>,
+}
+
 /// Runs every case `runs` times (interleaved) and prints msgs/s, the added time per message and,
 /// for an outbox row, its rate over the plain insert's on the same database. Returns target 7's
 /// ratio: the SQLite outbox row's rate over the do-nothing row's.
-pub(crate) async fn bench(bin: &Path, probe: &Path, n: u64, runs: usize) -> f64 {
+pub(crate) async fn bench(
+    bins: Bins<'_>,
+    probe: &Path,
+    n: u64,
+    runs: usize,
+    compared: &mut before::Table,
+) -> f64 {
     assert!(
         probe.exists(),
         "{} is missing: scripts/build-plugins.sh",
@@ -131,13 +144,27 @@ pub(crate) async fn bench(bin: &Path, probe: &Path, n: u64, runs: usize) -> f64 
     );
     let mut rates: Vec<Vec<f64>> = Vec::new();
     for run in 0..runs {
-        let table = unique("bench_caps").replace(['-', '.'], "_");
-        for (i, case) in cases(&table).iter().enumerate() {
-            let rate = measure(bin, probe, case, n).await;
-            if rates.len() <= i {
-                rates.push(Vec::new());
+        for (i, case) in cases("t").iter().enumerate() {
+            for side in Side::order(run) {
+                let bin = match side {
+                    Side::After => bins.after,
+                    Side::Before => match bins.before {
+                        Some(bin) => bin,
+                        None => continue,
+                    },
+                };
+                // A table of its own per measurement: no case sees another's rows.
+                let table = unique("bench_caps").replace(['-', '.'], "_");
+                let case = cases(&table).swap_remove(i);
+                let rate = measure(bin, probe, &case, n).await;
+                compared.push(&format!("(k) {}", case.name), side, rate, None);
+                if side == Side::After {
+                    if rates.len() <= i {
+                        rates.push(Vec::new());
+                    }
+                    rates[i].push(rate);
+                }
             }
-            rates[i].push(rate);
         }
         eprintln!("capability run {} done", run + 1);
     }

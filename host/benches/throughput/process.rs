@@ -3,7 +3,7 @@
 
 use super::*;
 
-#[derive(PartialEq)]
+#[derive(PartialEq, Clone, Copy)]
 pub(super) enum Plugin<'a> {
     Wat(&'a str),
     File(&'a Path),
