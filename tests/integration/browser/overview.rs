@@ -42,6 +42,13 @@ async fn the_overview_shows_rates_moving_and_a_paused_subscription_in_a_browser(
                     row.querySelector('.last-ok').textContent.endsWith('ago')";
     until(&page, "ok rate moving", &row_check(&queue, ok_moves)).await;
     until(&page, "steady ok rate", &row_check(&steady, ok_moves)).await;
+    // Traffic that varies for half a minute: six sparkline points with a shape.
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+    for n in [40, 10, 60, 30, 5, 20] {
+        every.tick().await;
+        flow.send("ov", n / 5).await;
+        flow.send("st", n).await;
+    }
     let link = page
         .execute(
             &row_check(
@@ -87,6 +94,9 @@ async fn the_overview_shows_rates_moving_and_a_paused_subscription_in_a_browser(
         .expect("read the status");
     let newer = format!("return document.getElementById('status').textContent !== {shown}");
     until(&page, "one more refresh", &newer).await;
+    page.set_window_size(1280, 520)
+        .await
+        .expect("a window as tall as the table");
     let shot = page.screenshot().await.expect("screenshot");
     let path = screenshot_path("console-overview.png");
     std::fs::write(&path, shot).expect("write the screenshot");

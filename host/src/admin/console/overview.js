@@ -5,7 +5,9 @@
 const TOKEN_KEY = "worker-host-console-token"; // shared with the parked-message page
 const EVERY_MS = 3000;
 const SVG = "http://www.w3.org/2000/svg";
-const SPARK_W = 150, SPARK_H = 30;
+const SPARK_W = 120, SPARK_H = 28;
+// A sparkline spans the history there is, at least this many samples (a minute), at most the window.
+const SPARK_MIN = 12;
 let timer = null;
 let waitingForToken = false;
 
@@ -94,7 +96,7 @@ function row(s, data) {
   const parked = el("a", { href: "/failed#" + encodeURIComponent(s.queue), text: count(s.depth.failed) });
   if (s.depth.failed > 0) parked.setAttribute("class", "bad");
   tr.append(
-    el("td", { class: "queue" }, link),
+    el("td", { class: "queue" }, link, el("div", { class: "plugin", text: s.plugin + (s.version ? " · " + s.version : " · not loaded") })),
     el("td", { class: "states" }, state, s.down.length
       ? el("span", { class: "state down", text: "dependency down", title: s.down.join("; ") }) : null),
     rate(s.rates.ok, "ok"), rate(s.rates.retry, "retry"), rate(s.rates.fail, "fail"),
@@ -105,7 +107,6 @@ function row(s, data) {
     el("td", { class: "num depth", text: count(s.depth.queue) }),
     el("td", { class: "retries", text: retry || "none" }),
     el("td", { class: "num parked" }, parked),
-    el("td", { class: "plugin", text: s.plugin + (s.version ? " · " + s.version : " · not loaded") }),
   );
   return tr;
 }
@@ -126,8 +127,10 @@ function ago(at, now) {
   return Math.floor(s / 86400) + " d ago";
 }
 
-// Three lines (ok, retry, fail) on one scale, the newest at the right; a window not yet full
-// leaves the left empty.
+function span(s) { return s < 120 ? s + " s" : Math.round(s / 60) + " min"; }
+
+// Three lines (ok, retry, fail) on one scale, the newest at the right, over the history there is
+// (a minute at least, the window at most).
 function spark(points, everyS, windowS) {
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("class", "spark");
@@ -136,10 +139,10 @@ function spark(points, everyS, windowS) {
   svg.setAttribute("viewBox", "0 0 " + SPARK_W + " " + SPARK_H);
   const n = points.ok.length;
   const max = Math.max(0.01, ...points.ok, ...points.retry, ...points.fail);
-  const slots = windowS / everyS;
+  const slots = Math.min(windowS / everyS, Math.max(n, SPARK_MIN));
   const step = SPARK_W / slots;
   const title = document.createElementNS(SVG, "title");
-  title.textContent = "peak " + max.toFixed(2) + "/s over " + Math.round(n * everyS / 60) + " min";
+  title.textContent = "peak " + max.toFixed(2) + "/s over the last " + span(slots * everyS);
   svg.append(title);
   for (const kind of ["ok", "retry", "fail"]) {
     const line = document.createElementNS(SVG, "polyline");

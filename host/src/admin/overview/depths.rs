@@ -93,7 +93,10 @@ impl Depths {
         let mut conn: Option<Connection> = None;
         loop {
             let pause = if self.wanted() {
-                let round = tokio::time::timeout(BUDGET, self.round(&mut conn)).await;
+                let round = tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    round = tokio::time::timeout(BUDGET, self.round(&mut conn)) => round,
+                };
                 let round = round.unwrap_or_else(|_| Err("no answer from RabbitMQ in time".into()));
                 let failed = round.is_err();
                 if failed {
@@ -183,5 +186,31 @@ async fn read(
 async fn close(conn: Option<Connection>) {
     if let Some(conn) = conn {
         let _ = tokio::time::timeout(Duration::from_secs(1), conn.close(200, "idle".into())).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_broker_that_cannot_be_reached_is_a_round_that_says_so() {
+        let queues = vec!["q".to_string(), "q@failed".to_string()];
+        let depths = Arc::new(Depths::new(queues, vec!["amqp://127.0.0.1:1".into()]));
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn({
+            let (depths, cancel) = (depths.clone(), cancel.clone());
+            async move { depths.run(cancel).await }
+        });
+        let round = depths.latest(BUDGET + Duration::from_secs(1)).await;
+        let why = round.expect("a round").depths.expect_err("no broker there");
+        assert!(why.contains("127.0.0.1:1"), "{why}");
+        cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .expect("stops on cancel")
+            .expect("no panic");
     }
 }
