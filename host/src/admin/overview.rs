@@ -214,3 +214,59 @@ fn depth(round: Option<&Round>, queue: &str) -> Value {
         Some(Depth::Unknown) | None => json!({"ready": null, "consumers": null}),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    const TOML: &str = r#"
+[broker]
+url = "amqp://127.0.0.1"
+
+[kv.cache]
+[sql.orders]
+url = "sqlite:orders.db"
+
+[[subscription]]
+queue = "orders"
+plugin = "echo.wasm"
+retry_delays = ["1s", "10s", "1s"]
+kv = "cache"
+sql = "orders"
+"#;
+
+    fn sub() -> Subscription {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/configs/good/worker.toml");
+        let (config, _) = Config::parse(TOML, &path).unwrap_or_else(|e| panic!("{e}"));
+        config.subscriptions[0].clone()
+    }
+
+    #[test]
+    fn each_queue_of_a_subscription_is_read_once() {
+        assert_eq!(
+            queues_of(&sub()),
+            [
+                "orders",
+                "orders@retry.1s",
+                "orders@retry.10s",
+                "orders@failed"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_subscription_shows_the_stores_it_uses_that_are_down() {
+        let down: BTreeMap<String, String> = [
+            ("sql.orders".to_string(), "connection refused".to_string()),
+            ("kv.other".to_string(), "timeout".to_string()),
+        ]
+        .into();
+        assert_eq!(
+            dependencies_down(&sub(), &down),
+            ["[sql.orders] connection refused"]
+        );
+        assert!(dependencies_down(&sub(), &BTreeMap::new()).is_empty());
+    }
+}
