@@ -68,14 +68,19 @@ impl Depths {
     }
 
     /// The latest round, waiting up to `wait` for a first or fresh one when the one there is
-    /// older than `READ_EVERY` twice; starts the reads if they were idle.
+    /// older than the next round should be (a failed one waits `RETRY_AFTER`); starts the
+    /// reads if they were idle.
     pub(super) async fn latest(&self, wait: Duration) -> Option<Round> {
         *self.wanted.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         let mut rx = self.latest.subscribe();
+        let due = |r: &Round| match r.depths {
+            Ok(_) => READ_EVERY * 2,
+            Err(_) => RETRY_AFTER + READ_EVERY,
+        };
         let stale = rx
             .borrow_and_update()
             .as_ref()
-            .is_none_or(|r| r.at.elapsed() > READ_EVERY * 2);
+            .is_none_or(|r| r.at.elapsed() > due(r));
         if stale {
             self.wake.notify_one();
             let _ = tokio::time::timeout(wait, rx.changed()).await;
