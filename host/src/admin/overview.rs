@@ -137,10 +137,10 @@ async fn answer(State(overview): State<Overview>) -> Response {
     .into_response()
 }
 
-/// Whether the depths could be read, and how old they are.
+/// Whether the depths could be read (neither, before the first round), and how old they are.
 fn broker(round: Option<&Round>) -> Value {
     match round {
-        None => json!({"read": false, "error": "not read yet"}),
+        None => json!({"read": false, "error": null}),
         Some(r) => json!({
             "read": r.depths.is_ok(),
             "error": r.depths.as_ref().err(),

@@ -59,8 +59,10 @@ function askToken() {
   if (!$("token-dialog").open) $("token-dialog").showModal();
 }
 
+// Cancelled, the page waits for the Token button rather than asking again at once.
 $("token-dialog").addEventListener("close", () => {
-  if ($("token-dialog").returnValue === "save") sessionStorage.setItem(TOKEN_KEY, $("token-input").value);
+  if ($("token-dialog").returnValue !== "save") return;
+  sessionStorage.setItem(TOKEN_KEY, $("token-input").value);
   waitingForToken = false;
   poll();
 });
@@ -79,8 +81,8 @@ function render(data) {
   health.className = data.ready ? "ready" : "";
   health.textContent = data.ready ? "Ready" : "Not ready: " + data.not_ready;
   const broker = $("broker");
-  broker.hidden = data.broker.read;
-  broker.textContent = data.broker.read ? "" : "Queue depths unknown: RabbitMQ cannot be read (" + data.broker.error + ")";
+  broker.hidden = !data.broker.error;
+  broker.textContent = data.broker.error ? "Queue depths unknown: RabbitMQ cannot be read (" + data.broker.error + ")" : "";
   $("spark-head").textContent = "last " + Math.round(data.window_s / 60) + " min";
   $("rows").replaceChildren(...data.subscriptions.map((s) => row(s, data)));
   $("status").textContent = "updated " + new Date(data.now).toLocaleTimeString();
