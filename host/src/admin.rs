@@ -1,5 +1,5 @@
 //! The admin HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (alive), `/readyz`
-//! (connected and consuming), and the failed-message console (`page`, `api`) behind its
+//! (connected and consuming), and the console (`overview`, `page`, `api`) behind its
 //! guard. Probes must keep answering whatever else connects, so every connection is bounded
 //! in time and in number (`conns`), and failed accepts (out of file descriptors) are logged
 //! and retried.
@@ -8,6 +8,7 @@ mod api;
 mod conns;
 mod console;
 mod guard;
+mod overview;
 mod page;
 mod views;
 
@@ -65,18 +66,25 @@ pub(crate) async fn serve(
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen} for [admin]"))?;
-    info!(%listen, "admin endpoint up: /metrics /healthz /readyz /failed /api/failed");
+    info!(%listen, "admin endpoint up: /metrics /healthz /readyz /overview /failed /api/");
     let plugins = console.plugins.clone();
     let max_upload = usize::try_from(console.config.plugins.max_plugin_size).unwrap_or(usize::MAX);
     let guard = Guard::new(listen, console.config.admin.as_ref());
+    let overview = overview::Overview::new(metrics.clone(), &console);
     let app = Router::new()
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(AppState { metrics, plugins })
+        .merge(overview::api_routes(overview.clone(), guard.clone()))
+        .merge(overview::page_routes(guard.clone()))
         .merge(api::routes(console, guard.clone(), max_upload))
         .merge(page::routes(guard));
-    Ok(tokio::spawn(accept_loop(listener, app, cancel)))
+    let tasks = TaskTracker::new();
+    overview.spawn(&tasks, &cancel);
+    tasks.spawn(accept_loop(listener, app, cancel));
+    tasks.close();
+    Ok(tokio::spawn(async move { tasks.wait().await }))
 }
 
 /// Accepts until `cancel`, then lets open connections finish (bounded by `CLOSE_GRACE`).

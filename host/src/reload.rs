@@ -156,6 +156,14 @@ impl PluginSet {
             .collect()
     }
 
+    /// The file name and short sha256 of the version of `path` serving now, if it is loaded;
+    /// never loads it.
+    pub(crate) fn version_of(&self, path: &Path) -> Option<(String, String)> {
+        let slot = self.get(path)?;
+        let p = slot.load();
+        Some((p.name().to_string(), p.short_sha().to_string()))
+    }
+
     fn get(&self, path: &Path) -> Option<Arc<ArcSwap<Plugin>>> {
         self.lock().get(path).cloned()
     }

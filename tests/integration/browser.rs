@@ -4,6 +4,8 @@
 //! discard, and a `<script>` body shown as text; every request as Chromium sends it, through
 //! the listener's guard. Writes a screenshot of the page (its path is printed).
 
+mod overview;
+
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

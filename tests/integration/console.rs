@@ -6,6 +6,7 @@
 mod edit;
 pub(crate) mod groups;
 mod guard;
+pub(crate) mod overview;
 
 use std::net::SocketAddr;
 use std::time::Duration;

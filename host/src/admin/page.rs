@@ -34,7 +34,7 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>(guard: Arc<Guard>) -> Rou
         .route_layer(middleware::from_fn_with_state(guard, guard::page))
 }
 
-async fn file(kind: &'static str, text: &'static str) -> impl IntoResponse {
+pub(super) async fn file(kind: &'static str, text: &'static str) -> impl IntoResponse {
     (
         [
             (header::CONTENT_TYPE, kind),

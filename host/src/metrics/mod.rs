@@ -16,7 +16,7 @@ mod tests;
 
 use crate::telemetry;
 
-pub(crate) use queue::QueueMetrics;
+pub(crate) use queue::{QueueCounts, QueueMetrics, unix_millis};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueOutcome {
@@ -104,6 +104,9 @@ pub struct Metrics {
     duplicates: Family<QueueLabel, Counter>,
     without_id: Family<QueueLabel, Counter>,
     paused: Family<QueueLabel, Gauge>,
+    /// When each queue last settled a message ok (Unix milliseconds); not exported, the
+    /// console's overview shows it.
+    last_ok: Family<QueueLabel, Gauge>,
     blocked_reason: std::sync::Mutex<String>,
     consumers: AtomicI64,
     plugin_info: Family<PluginLabel, Gauge>,
@@ -144,6 +147,7 @@ impl Metrics {
             duplicates: Family::default(),
             without_id: Family::default(),
             paused: Family::default(),
+            last_ok: Family::default(),
             blocked_reason: std::sync::Mutex::new(String::new()),
             consumers: AtomicI64::new(0),
             plugin_info: Family::default(),
@@ -235,6 +239,12 @@ impl Metrics {
                 map.remove(&key);
             }
         }
+    }
+
+    /// The stores and databases unavailable now: `capability.store` -> why.
+    pub(crate) fn unavailable(&self) -> std::collections::BTreeMap<String, String> {
+        let down = self.capability_down.lock();
+        down.unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// What goes wrong with the broker and is worked around: alarms, repairs, dead channels.
@@ -352,6 +362,7 @@ impl Metrics {
             duplicates: self.duplicates.get_or_create(&label).clone(),
             without_id: self.without_id.get_or_create(&label).clone(),
             paused: self.paused.get_or_create(&label).clone(),
+            last_ok: self.last_ok.get_or_create(&label).clone(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! One queue's handles into the registry's families: what the consumer of that queue counts.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -24,6 +24,21 @@ pub struct QueueMetrics {
     pub(super) duplicates: Counter,
     pub(super) without_id: Counter,
     pub(super) paused: Gauge,
+    /// Unix milliseconds of the last ok; 0 before the first.
+    pub(super) last_ok: Gauge,
+}
+
+/// What one queue has counted so far, read at once: what the console's overview samples.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QueueCounts {
+    pub ok: u64,
+    pub retry: u64,
+    /// Parked: `fail` answers and retries exhausted.
+    pub fail: u64,
+    pub in_flight: i64,
+    pub paused: bool,
+    /// Unix milliseconds of the last ok, if any.
+    pub last_ok: Option<i64>,
 }
 
 impl QueueMetrics {
@@ -67,6 +82,7 @@ impl QueueMetrics {
         match outcome {
             Settled::Ok => {
                 self.ok.inc();
+                self.last_ok.set(unix_millis());
             }
             Settled::Retry => {
                 self.retry.inc();
@@ -82,6 +98,28 @@ impl QueueMetrics {
             }
         }
     }
+}
+
+impl QueueMetrics {
+    /// The counts so far.
+    pub(crate) fn counts(&self) -> QueueCounts {
+        let last_ok = self.last_ok.get();
+        QueueCounts {
+            ok: self.ok.get(),
+            retry: self.retry.get(),
+            fail: self.fail.get() + self.exhausted.get(),
+            in_flight: self.in_flight.get(),
+            paused: self.paused.get() == 1,
+            last_ok: (last_ok > 0).then_some(last_ok),
+        }
+    }
+}
+
+/// Now in Unix milliseconds (0 on a clock set before 1970).
+pub(crate) fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Decrements the in-flight gauge when dropped.
