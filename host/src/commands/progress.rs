@@ -38,12 +38,13 @@ struct Lines {
 impl Shown {
     /// `verb`: what is being done (`replay`, `discard`); a bar if stderr is a terminal.
     pub(super) fn new(verb: &'static str) -> Shown {
+        // Hidden until a walk begins and says how long it is.
         let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+            let bar = ProgressBar::hidden();
             // The template is a constant; it parses.
-            if let Ok(style) = ProgressStyle::with_template(
-                "{msg} [{bar:30}] {pos}/{len} looked at, {per_sec}, {eta} left",
-            ) {
+            if let Ok(style) =
+                ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} looked at, {eta} left")
+            {
                 bar.set_style(style.progress_chars("=> "));
             }
             bar
@@ -138,6 +139,7 @@ impl Progress for Shown {
                 bar.reset();
                 bar.set_length(total);
                 bar.set_message(format!("{} {failed}", self.verb));
+                bar.set_draw_target(ProgressDrawTarget::stderr());
             }
             None => self.log(&lines),
         }
@@ -149,8 +151,9 @@ impl Progress for Shown {
         lines.done += done;
         match &self.bar {
             Some(bar) => {
+                let rate = lines.examined as f64 / lines.started.elapsed().as_secs_f64().max(0.001);
                 bar.set_message(format!(
-                    "{} {} ({} {})",
+                    "{} {}: {} {}, {rate:.0}/s",
                     self.verb,
                     lines.failed,
                     lines.done,

@@ -89,7 +89,11 @@ impl JobHost {
             });
             harness::publish_pipelined(&self.ch, "", batch).await;
         }
-        assert_eq!(self.depth(&failed).await as usize, n);
+        // The broker's count may trail its confirms for a moment.
+        harness::eventually(Duration::from_secs(20), &format!("{n} parked"), || async {
+            (self.depth(&failed).await as usize == n).then_some(())
+        })
+        .await;
     }
 
     pub async fn depth(&self, queue: &str) -> u32 {
