@@ -48,16 +48,7 @@ pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
                 Some(reason) => Selection::Reason(reason),
                 None => Selection::limit(limit),
             };
-            let shown = Shown::new("replay");
-            let cancel = CancellationToken::new();
-            let watch = Watch {
-                progress: &shown,
-                cancel: &cancel,
-            };
-            let report =
-                until_interrupted(replay(&config, &queue, &selection, watch), &cancel).await;
-            shown.finish();
-            let report = report?;
+            let report = shown(Action::Replay, &config, &queue, &selection).await?;
             let failed = failed_queue_name(&queue);
             say!(
                 "moved {} from {failed} back to {queue}",
@@ -87,16 +78,7 @@ pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
             } else {
                 Selection::ids(ids)
             };
-            let shown = Shown::new("discard");
-            let cancel = CancellationToken::new();
-            let watch = Watch {
-                progress: &shown,
-                cancel: &cancel,
-            };
-            let report =
-                until_interrupted(discard(&config, &queue, &selection, watch), &cancel).await;
-            shown.finish();
-            let report = report?;
+            let report = shown(Action::Discard, &config, &queue, &selection).await?;
             let failed = failed_queue_name(&queue);
             say!("discarded {} from {failed}", messages(report.done));
             finish(failed, report)
@@ -122,6 +104,38 @@ pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+#[derive(Clone, Copy)]
+enum Action {
+    Replay,
+    Discard,
+}
+
+/// Replays or discards with the progress on stderr, stopping between batches on Ctrl-C.
+async fn shown(
+    action: Action,
+    config: &Config,
+    queue: &str,
+    selection: &Selection,
+) -> anyhow::Result<Report> {
+    let shown = Shown::new(match action {
+        Action::Replay => "replay",
+        Action::Discard => "discard",
+    });
+    let cancel = CancellationToken::new();
+    let watch = Watch {
+        progress: &shown,
+        cancel: &cancel,
+    };
+    let report = match action {
+        Action::Replay => until_interrupted(replay(config, queue, selection, watch), &cancel).await,
+        Action::Discard => {
+            until_interrupted(discard(config, queue, selection, watch), &cancel).await
+        }
+    };
+    shown.finish();
+    report
 }
 
 /// The bytes of a file, or of standard input for `-`.

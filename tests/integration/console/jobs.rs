@@ -310,3 +310,36 @@ async fn raw_with_location(
         location,
     )
 }
+
+#[tokio::test]
+async fn a_group_discard_past_500_messages_runs_as_a_job() {
+    let fixture = JobHost::start("jobs-group").await;
+    fixture.park(600).await;
+    let admin = fixture.admin;
+    let listing = get(admin, "/api/groups?scan=10").await;
+    let group = listing["groups"][0]["group"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no group in {listing}"))
+        .to_string();
+    let path = format!("/api/groups/{group}/discard");
+    let (status, started) = request(admin, "POST", &path, Some(TOKEN), "{}").await;
+    assert_eq!(status, 202, "{started}");
+    assert_eq!(started["job"]["target"], json!({ "group": group }));
+    assert_eq!(started["job"]["total"], json!(600), "{started}");
+    let id = started["job"]["id"].as_str().expect("a job id").to_string();
+    let end = job_until(admin, &id, "the job done", |v| v["state"] == "done").await;
+    assert_eq!(
+        (&end["done"], &end["examined"]),
+        (&json!(600), &json!(600)),
+        "{end}"
+    );
+    assert_eq!(fixture.depth(&fixture.failed()).await, 0);
+    let discarded = fixture
+        .host
+        .log()
+        .lines()
+        .filter(|l| l.contains("\"message\":\"discarded\""))
+        .count();
+    assert_eq!(discarded, 600, "one audit line per message, as ever");
+    fixture.stop().await;
+}
