@@ -8,6 +8,8 @@ mod api;
 mod conns;
 mod console;
 mod guard;
+mod job_api;
+mod jobs;
 mod overview;
 mod page;
 mod views;
@@ -35,6 +37,7 @@ use crate::reload::PluginSet;
 use conns::{Conns, Ticket};
 pub(crate) use console::Console;
 use guard::Guard;
+pub(crate) use jobs::Jobs;
 
 /// Most connections open at once; when full, the one idle the longest is closed for a new one.
 const MAX_CONNECTIONS: usize = 128;
@@ -56,7 +59,8 @@ struct AppState {
     plugins: PluginSet,
 }
 
-/// Binds `listen` now (so a taken port is a startup error) and serves until `cancel`.
+/// Binds `listen` now (so a taken port is a startup error) and serves until `cancel`; the
+/// console's jobs must stop on `cancel` too (see `Jobs::new`).
 pub(crate) async fn serve(
     listen: SocketAddr,
     metrics: Arc<Metrics>,
@@ -68,6 +72,7 @@ pub(crate) async fn serve(
         .with_context(|| format!("cannot listen on {listen} for [admin]"))?;
     info!(%listen, "admin endpoint up: /metrics /healthz /readyz /overview /failed /api/");
     let plugins = console.plugins.clone();
+    let jobs = console.jobs.clone();
     let max_upload = usize::try_from(console.config.plugins.max_plugin_size).unwrap_or(usize::MAX);
     let guard = Guard::new(listen, console.config.admin.as_ref());
     let overview = overview::Overview::new(metrics.clone(), &console);
@@ -84,7 +89,11 @@ pub(crate) async fn serve(
     overview.spawn(&tasks, &cancel);
     tasks.spawn(accept_loop(listener, app, cancel));
     tasks.close();
-    Ok(tokio::spawn(async move { tasks.wait().await }))
+    Ok(tokio::spawn(async move {
+        tasks.wait().await;
+        // Cancelled with the service, each job stops after the batch under way.
+        jobs.wait().await;
+    }))
 }
 
 /// Accepts until `cancel`, then lets open connections finish (bounded by `CLOSE_GRACE`).

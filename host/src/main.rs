@@ -107,7 +107,8 @@ fn show_limit(limit: Option<u64>) -> String {
 
 /// RUST_LOG wins; otherwise the service logs at info and one-shot commands only warnings.
 /// lapin's own error lines repeat what our errors say, so they are off by default. The audit
-/// lines of `failed discard` are always on: RUST_LOG cannot silence them, nor turn on sqlx's
+/// lines of `failed discard` and the progress lines of `failed replay` and `discard` are always
+/// on: RUST_LOG cannot silence them, nor turn on sqlx's
 /// line that quotes a URL parameter (a password, say). With `[tracing]`,
 /// spans also go to the collector, whatever the log level.
 fn init_tracing(
@@ -125,6 +126,10 @@ fn init_tracing(
     let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     if let Ok(audit) = format!("{}=info", worker_host::failed::AUDIT_TARGET).parse() {
         filter = filter.add_directive(audit);
+    }
+    // The progress lines of `failed replay` and `discard` when stderr is no terminal.
+    if let Ok(progress) = format!("{}=info", commands::PROGRESS_TARGET).parse() {
+        filter = filter.add_directive(progress);
     }
     // sqlx logs the value of a PostgreSQL URL parameter it does not know (`sslpassword=...`).
     if let Ok(quiet) = "sqlx_postgres::options::parse=off".parse() {

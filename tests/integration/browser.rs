@@ -2,7 +2,10 @@
 //! over WebDriver): the 401 notice and the token prompt on opening, a group of parked messages,
 //! a dry-run and its result, a replay that leaves the page and is handled in its queue, a
 //! discard, and a `<script>` body shown as text; every request as Chromium sends it, through
-//! the listener's guard. Writes a screenshot of the page (its path is printed).
+//! the listener's guard. Writes a screenshot of the page (its path is printed). `jobs`: a
+//! replay of 20,000 messages followed and cancelled in the page.
+
+mod jobs;
 
 mod overview;
 

@@ -6,6 +6,7 @@
 mod edit;
 pub(crate) mod groups;
 mod guard;
+pub(crate) mod jobs;
 pub(crate) mod overview;
 
 use std::net::SocketAddr;
@@ -23,7 +24,7 @@ use crate::harness::{self, free_addr};
 pub(crate) const TOKEN: &str = "console-test-token-7f3c";
 
 /// One HTTP/1.1 request with a JSON body; the status and the JSON answer (`null` if none).
-async fn request(
+pub(crate) async fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,

@@ -3,6 +3,7 @@
 
 mod discard;
 mod edit;
+mod progress;
 mod select;
 mod support;
 
@@ -144,9 +145,14 @@ async fn replay_moves_messages_to_their_queue_alone_with_their_headers() {
     service.stop().await;
     assert_eq!(harness::depth(&ch, &s.other()).await, 3);
 
-    let report = failed::replay(&s.config(), &s.q(), &Selection::First(2))
-        .await
-        .expect("replay");
+    let report = failed::replay(
+        &s.config(),
+        &s.q(),
+        &Selection::First(2),
+        failed::Watch::none(),
+    )
+    .await
+    .expect("replay");
     assert_eq!(report.done, 2);
     assert!(report.missing.is_empty());
     wait_depth(&ch, &s.q(), 2).await;
@@ -195,7 +201,7 @@ async fn replay_ends_while_the_plugin_still_fails() {
     // The service keeps failing what is replayed, parking it again behind the originals.
     let report = tokio::time::timeout(
         Duration::from_secs(30),
-        failed::replay(&s.config(), &s.q(), &Selection::All),
+        failed::replay(&s.config(), &s.q(), &Selection::All, failed::Watch::none()),
     )
     .await
     .expect("replay terminates")
@@ -230,11 +236,11 @@ async fn an_unknown_queue_is_a_user_error() {
         "lists the known queues: {err}"
     );
 
-    let err = failed::replay(&config, &s.failed(), &Selection::All)
+    let err = failed::replay(&config, &s.failed(), &Selection::All, failed::Watch::none())
         .await
         .expect_err("the @failed name");
     assert!(err.to_string().contains("not its failed queue"), "{err}");
-    let err = failed::discard(&config, "nope", &Selection::All)
+    let err = failed::discard(&config, "nope", &Selection::All, failed::Watch::none())
         .await
         .expect_err("unknown queue");
     assert!(matches!(
@@ -243,7 +249,7 @@ async fn an_unknown_queue_is_a_user_error() {
     ));
 
     // Never declared: the failed queue is missing on the broker.
-    let err = failed::discard(&config, &s.q(), &Selection::All)
+    let err = failed::discard(&config, &s.q(), &Selection::All, failed::Watch::none())
         .await
         .expect_err("missing queue");
     assert!(matches!(

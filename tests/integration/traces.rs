@@ -167,10 +167,14 @@ async fn spans_follow_a_message_through_its_plugin_call_effects_retries_and_repl
         })
         .await;
     let config = probe.config();
-    let replayed =
-        worker_host::failed::replay(&config, &queue, &worker_host::failed::Selection::All)
-            .await
-            .expect("replay");
+    let replayed = worker_host::failed::replay(
+        &config,
+        &queue,
+        &worker_host::failed::Selection::All,
+        worker_host::failed::Watch::none(),
+    )
+    .await
+    .expect("replay");
     assert_eq!(replayed.done, 1);
     let fail = collector
         .wait_tree(t_fail, |t| t.count("delivery") == 2)

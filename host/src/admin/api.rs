@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 use super::console::{BODY_BYTES, Console, bad_request, failure, json_lines, try_plugin};
 use super::error_answer as error;
 use super::guard::{self, Guard, JSON, JSON_OR_WASM};
-use super::views;
+use super::{job_api, views};
 use crate::failed::{self, Selection};
 
 /// Messages a listing returns when it names no limit.
@@ -56,6 +56,7 @@ pub(crate) fn routes(console: Console, guard: Arc<Guard>, max_upload: usize) -> 
         .route("/api/failed/{queue}", get(messages))
         .merge(changes)
         .merge(views::routes(max_upload))
+        .merge(job_api::routes())
         .route_layer(middleware::from_fn_with_state(busy, few_at_once))
         .route_layer(middleware::from_fn_with_state(guard, guard::api))
         .with_state(console)
@@ -172,26 +173,20 @@ fn pick(body: &[u8]) -> Result<Selection, String> {
     pick.selection().map_err(str::to_string)
 }
 
-fn report(report: anyhow::Result<failed::Report>) -> Response {
-    match report {
-        Ok(r) => axum::Json(json!({"done": r.done, "missing": r.missing})).into_response(),
-        Err(err) => failure(&err),
-    }
-}
-
-/// `POST /api/failed/{queue}/replay`: as `failed replay`.
+/// `POST /api/failed/{queue}/replay`: as `failed replay`; a job past `JOB_AFTER` messages.
 async fn replay(
     State(console): State<Console>,
     Path(queue): Path<String>,
     body: Bytes,
 ) -> Response {
     match pick(&body) {
-        Ok(selection) => report(failed::replay(&console.config, &queue, &selection).await),
+        Ok(selection) => job_api::queue_action(&console, "replay", queue, selection).await,
         Err(why) => bad_request(&why),
     }
 }
 
-/// `POST /api/failed/{queue}/discard`: as `failed discard`, one audit line per message.
+/// `POST /api/failed/{queue}/discard`: as `failed discard`, one audit line per message; a job
+/// past `JOB_AFTER` messages.
 async fn discard(
     State(console): State<Console>,
     Path(queue): Path<String>,
@@ -201,7 +196,7 @@ async fn discard(
         Ok(Selection::First(_) | Selection::Reason(_)) => {
             bad_request("discard takes ids or all, as the command does")
         }
-        Ok(selection) => report(failed::discard(&console.config, &queue, &selection).await),
+        Ok(selection) => job_api::queue_action(&console, "discard", queue, selection).await,
         Err(why) => bad_request(&why),
     }
 }

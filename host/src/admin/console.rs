@@ -8,17 +8,20 @@ use axum::response::Response;
 use serde_json::Value;
 
 use super::error_answer as error;
+use super::jobs::Jobs;
 use crate::capability::Capabilities;
 use crate::config::Config;
 use crate::failed::{self, FailedError, Selection, Trial};
 use crate::reload::PluginSet;
 
-/// What the API works on: the service's config, its plugins and its open stores.
+/// What the API works on: the service's config, its plugins, its open stores and its jobs.
 #[derive(Clone)]
 pub(crate) struct Console {
     pub config: Arc<Config>,
     pub plugins: PluginSet,
     pub capabilities: Arc<Capabilities>,
+    /// Long replays and discards, running in the host.
+    pub jobs: Jobs,
 }
 
 /// Bytes of each body a listing shows.

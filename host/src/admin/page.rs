@@ -13,6 +13,7 @@ use super::guard::{self, Guard};
 
 const INDEX: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
+const JOBS_SCRIPT: &str = include_str!("console/jobs.js");
 const STYLE: &str = include_str!("console/console.css");
 
 /// Only this origin's own files run on the page, whatever a message holds.
@@ -26,6 +27,10 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>(guard: Arc<Guard>) -> Rou
         .route(
             "/failed/console.js",
             get(|| file("text/javascript; charset=utf-8", SCRIPT)),
+        )
+        .route(
+            "/failed/jobs.js",
+            get(|| file("text/javascript; charset=utf-8", JOBS_SCRIPT)),
         )
         .route(
             "/failed/console.css",

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use super::console::{BODY_BYTES, Console, bad_request, failure, try_plugin};
 use super::error_answer as error;
 use super::guard::{self, JSON};
+use super::job_api;
 use crate::failed::{self, Selection};
 
 /// Messages read from the head of each queue when a request names no `scan`.
@@ -100,7 +101,8 @@ async fn search(State(console): State<Console>, Query(query): Query<SearchQuery>
 }
 
 /// `POST /api/groups/{group}/replay|discard|dry-run` with a JSON body (`{}`): the action on
-/// every message of the group, in every queue (not only the part a listing scanned).
+/// every message of the group, in every queue (not only the part a listing scanned); replay and
+/// discard run as a job when the queues hold more than `JOB_AFTER` messages.
 async fn act(
     State(console): State<Console>,
     Path((group, action)): Path<(String, String)>,
@@ -118,47 +120,27 @@ async fn act(
     if !group.starts_with("g-") {
         return bad_request(&format!("{group:?} is no group id (g-<16 hex>)"));
     }
+    if action != "dry-run" {
+        let action = if action == "replay" {
+            "replay"
+        } else {
+            "discard"
+        };
+        return job_api::group_action(&console, action, group).await;
+    }
     let selection = Selection::Group(group);
     let mut queues = Vec::new();
     let mut done = 0;
     for sub in &console.config.subscriptions {
         let queue = sub.queue.as_str();
-        let entry = match action.as_str() {
-            "replay" | "discard" => {
-                let report = if action == "replay" {
-                    failed::replay(&console.config, queue, &selection).await
-                } else {
-                    failed::discard(&console.config, queue, &selection).await
-                };
-                match report {
-                    Ok(r) => {
-                        done += r.done;
-                        json!({"queue": queue, "done": r.done})
-                    }
-                    Err(err) if missing(&err) => continue,
-                    Err(err) => return failure(&err),
-                }
+        match try_plugin(&console, queue, None, &selection).await {
+            Ok(results) => {
+                done += results.len() as u64;
+                queues.push(json!({"queue": queue, "results": results}));
             }
-            _ => match try_plugin(&console, queue, None, &selection).await {
-                Ok(results) => {
-                    done += results.len() as u64;
-                    json!({"queue": queue, "results": results})
-                }
-                Err(response) if response.status() == StatusCode::NOT_FOUND => continue,
-                Err(response) => return response,
-            },
-        };
-        queues.push(entry);
+            Err(response) if response.status() == StatusCode::NOT_FOUND => continue,
+            Err(response) => return response,
+        }
     }
     axum::Json(json!({"done": done, "queues": queues})).into_response()
-}
-
-/// Whether `err` is a failed queue not declared yet: a group has no messages there.
-fn missing(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| {
-        matches!(
-            e.downcast_ref::<failed::FailedError>(),
-            Some(failed::FailedError::Missing { .. })
-        )
-    })
 }

@@ -7,19 +7,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
 
+use super::progress::{Shown, until_interrupted};
 use crate::capability::Capabilities;
 use crate::config::Config;
 use crate::failed::{
-    Edit, FailedError, Report, Selection, Trial, discard, dry_run, edit, list, replay,
+    Edit, FailedError, Report, Selection, Trial, Watch, discard, dry_run, edit, list, replay,
 };
 use crate::metrics::Metrics;
 use crate::plugin::CompilePriority;
 use crate::service;
 use crate::stdout::say;
 
-/// Runs a `failed` command, printing to stdout. Ids that matched nothing are an error
-/// (`FailedError::NotFound`, exit 1) returned after acting on the others.
+/// Runs a `failed` command, printing to stdout; replay and discard show their progress on
+/// stderr. Ids that matched nothing are an error (`FailedError::NotFound`, exit 1) returned
+/// after acting on the others.
 pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
     match command {
         FailedCommand::List {
@@ -45,7 +48,7 @@ pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
                 Some(reason) => Selection::Reason(reason),
                 None => Selection::limit(limit),
             };
-            let report = replay(&config, &queue, &selection).await?;
+            let report = shown(Action::Replay, &config, &queue, &selection).await?;
             let failed = failed_queue_name(&queue);
             say!(
                 "moved {} from {failed} back to {queue}",
@@ -75,7 +78,7 @@ pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
             } else {
                 Selection::ids(ids)
             };
-            let report = discard(&config, &queue, &selection).await?;
+            let report = shown(Action::Discard, &config, &queue, &selection).await?;
             let failed = failed_queue_name(&queue);
             say!("discarded {} from {failed}", messages(report.done));
             finish(failed, report)
@@ -101,6 +104,38 @@ pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+#[derive(Clone, Copy)]
+enum Action {
+    Replay,
+    Discard,
+}
+
+/// Replays or discards with the progress on stderr, stopping between batches on Ctrl-C.
+async fn shown(
+    action: Action,
+    config: &Config,
+    queue: &str,
+    selection: &Selection,
+) -> anyhow::Result<Report> {
+    let shown = Shown::new(match action {
+        Action::Replay => "replay",
+        Action::Discard => "discard",
+    });
+    let cancel = CancellationToken::new();
+    let watch = Watch {
+        progress: &shown,
+        cancel: &cancel,
+    };
+    let report = match action {
+        Action::Replay => until_interrupted(replay(config, queue, selection, watch), &cancel).await,
+        Action::Discard => {
+            until_interrupted(discard(config, queue, selection, watch), &cancel).await
+        }
+    };
+    shown.finish();
+    report
 }
 
 /// The bytes of a file, or of standard input for `-`.
@@ -152,8 +187,11 @@ fn messages(n: u64) -> String {
     format!("{n} message{}", if n == 1 { "" } else { "s" })
 }
 
-/// Ok, or the ids that matched nothing as a user error.
+/// Ok, or a stop on Ctrl-C, or the ids that matched nothing, as a user error.
 fn finish(failed: String, report: Report) -> anyhow::Result<()> {
+    if report.cancelled {
+        anyhow::bail!("interrupted: the messages not reached are still in {failed}");
+    }
     if report.missing.is_empty() {
         return Ok(());
     }

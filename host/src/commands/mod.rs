@@ -1,6 +1,9 @@
 //! The one-shot commands: check, topology, publish, failed, new-plugin.
 
 mod failed;
+mod progress;
+
+pub use progress::PROGRESS_TARGET;
 
 use std::path::Path;
 use std::sync::Arc;

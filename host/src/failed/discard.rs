@@ -7,6 +7,7 @@ use lapin::Connection;
 use lapin::options::BasicAckOptions;
 
 use super::parked::Parked;
+use super::progress::{Reported, Watch};
 use super::select::{Selection, Walk};
 use super::{AUDIT_TARGET, Report};
 use crate::broker;
@@ -17,31 +18,46 @@ const BATCH: usize = 256;
 
 /// Removes the selected messages of `<queue>@failed` (only those present when it starts) for
 /// good and logs one audit line per message once the broker has taken its ack. Messages not
-/// selected stay parked in their order.
+/// selected stay parked in their order. Progress goes to `watch` after each round; once its
+/// token is cancelled the discard stops before the next round (`Report::cancelled`).
 pub async fn discard(
     config: &Config,
     queue: &str,
     selection: &Selection,
+    watch: Watch<'_>,
 ) -> anyhow::Result<Report> {
     let failed = super::subscription(config, queue)?.failed_queue();
     let conn = broker::connect_once(&config.broker.urls, "worker-host failed discard").await?;
-    let report = discard_on(&conn, queue, &failed, selection).await;
+    let report = discard_on(&conn, (queue, &failed), selection, watch).await;
     let _ = conn.close(200, "done".into()).await;
     report
 }
 
 async fn discard_on(
     conn: &Connection,
-    queue: &str,
-    failed: &str,
+    (queue, failed): (&str, &str),
     selection: &Selection,
+    watch: Watch<'_>,
 ) -> anyhow::Result<Report> {
     let mut walk = Walk::open(conn, failed, selection).await?;
+    watch.progress.begin(failed, walk.total());
+    let mut reported = Reported::default();
     let mut done = 0u64;
+    let mut cancelled = false;
     loop {
+        if watch.cancel.is_cancelled() {
+            cancelled = true;
+            break;
+        }
         match round(&mut walk, queue, failed).await {
-            Ok(0) => break,
-            Ok(n) => done += n,
+            Ok(0) => {
+                reported.advance(&watch, walk.examined(), 0);
+                break;
+            }
+            Ok(n) => {
+                done += n;
+                reported.advance(&watch, walk.examined(), n);
+            }
             Err(err) => {
                 walk.close().await;
                 return Err(err.context(format!(
@@ -51,9 +67,18 @@ async fn discard_on(
             }
         }
     }
-    let missing = walk.missing();
+    // Ids not reached before a cancel are not known to be missing.
+    let missing = if cancelled {
+        Vec::new()
+    } else {
+        walk.missing()
+    };
     walk.close().await;
-    Ok(Report { done, missing })
+    Ok(Report {
+        done,
+        missing,
+        cancelled,
+    })
 }
 
 /// Acks up to `BATCH` selected messages, waits until the broker has the acks, then logs them.

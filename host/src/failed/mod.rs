@@ -9,6 +9,7 @@ mod fingerprint;
 mod groups;
 mod list;
 mod parked;
+mod progress;
 mod replay;
 mod scan;
 mod search;
@@ -22,12 +23,14 @@ pub use edit::{EDITED_FROM, Edit, Edited, edit};
 pub use groups::{Group, Listing, groups};
 pub use list::{PREVIEW_BYTES, list, list_with};
 pub use parked::DIGEST_PREFIX;
+pub use progress::{Progress, Unwatched, Watch};
 pub use replay::replay;
 pub use scan::Covered;
 pub use search::{Found, search};
 pub use select::Selection;
 
-/// The `tracing` target of the audit lines `failed discard` writes; main always enables it.
+/// The `tracing` target of the audit lines (`failed discard` and `edit`, the console's jobs);
+/// main always enables it.
 pub const AUDIT_TARGET: &str = "worker_host::audit";
 
 /// A `failed` request that cannot be served; a user error (exit 1).
@@ -63,8 +66,10 @@ pub enum FailedError {
 pub struct Report {
     /// Messages moved back (replay) or removed (discard).
     pub done: u64,
-    /// Ids asked for that matched no message.
+    /// Ids asked for that matched no message (none when cancelled: the rest were not read).
     pub missing: Vec<String>,
+    /// Whether it stopped early on its watch's token; the messages not reached stay parked.
+    pub cancelled: bool,
 }
 
 fn quoted(ids: &[String]) -> String {

@@ -7,6 +7,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Connection};
 
 use super::Report;
+use super::progress::{Reported, Watch};
 use super::select::{Picked, Selection, Walk};
 use crate::broker;
 use crate::broker::{PERSISTENT, PublishError, publish_confirmed};
@@ -20,30 +21,50 @@ const BATCH: usize = 64;
 /// `queue` alone (exchanges.master, routing key `queue`), with `worker-attempts` reset to 0,
 /// broker-owned headers dropped and every other header and property kept; each is acked only
 /// after its publish is confirmed. Messages not selected stay parked in their order. Messages
-/// parked again while it runs are behind the ones counted, so it always ends.
-pub async fn replay(config: &Config, queue: &str, selection: &Selection) -> anyhow::Result<Report> {
+/// parked again while it runs are behind the ones counted, so it always ends. Progress goes to
+/// `watch` after each batch; once its token is cancelled the replay stops before the next batch
+/// (`Report::cancelled`), and the rest stay parked.
+pub async fn replay(
+    config: &Config,
+    queue: &str,
+    selection: &Selection,
+    watch: Watch<'_>,
+) -> anyhow::Result<Report> {
     let failed = super::subscription(config, queue)?.failed_queue();
     let conn = broker::connect_once(&config.broker.urls, "worker-host failed replay").await?;
-    let report = replay_on(&conn, &config.exchanges.master, queue, &failed, selection).await;
+    let target = (config.exchanges.master.as_str(), queue, failed.as_str());
+    let report = replay_on(&conn, target, selection, watch).await;
     let _ = conn.close(200, "done".into()).await;
     report
 }
 
+/// `(master, queue, failed)`: where replayed messages go, and where they come from.
+type Target<'a> = (&'a str, &'a str, &'a str);
+
 async fn replay_on(
     conn: &Connection,
-    master: &str,
-    queue: &str,
-    failed: &str,
+    (master, queue, failed): Target<'_>,
     selection: &Selection,
+    watch: Watch<'_>,
 ) -> anyhow::Result<Report> {
     let mut walk = Walk::open(conn, failed, selection).await?;
     let publisher = broker::confirm_channel(conn)
         .await
         .context("opening a publisher channel")?;
+    watch.progress.begin(failed, walk.total());
+    let mut reported = Reported::default();
     let mut done = 0u64;
+    let mut cancelled = false;
     loop {
+        if watch.cancel.is_cancelled() {
+            cancelled = true;
+            break;
+        }
         let batch = match next_batch(&mut walk).await {
-            Ok(batch) if batch.is_empty() => break,
+            Ok(batch) if batch.is_empty() => {
+                reported.advance(&watch, walk.examined(), 0);
+                break;
+            }
             Ok(batch) => batch,
             Err(err) => {
                 walk.close().await;
@@ -59,15 +80,25 @@ async fn replay_on(
         let results = join_all(sends).await;
         let acked = ack_sent(&walk, batch, results, failed).await;
         done += acked.count;
+        reported.advance(&watch, walk.examined(), acked.count);
         if let Some(err) = acked.error {
             walk.close().await;
             return Err(err.context(stopped(done, failed)));
         }
     }
-    let missing = walk.missing();
+    // Ids not reached before a cancel are not known to be missing.
+    let missing = if cancelled {
+        Vec::new()
+    } else {
+        walk.missing()
+    };
     walk.close().await;
     let _ = publisher.close(200, "replayed".into()).await;
-    Ok(Report { done, missing })
+    Ok(Report {
+        done,
+        missing,
+        cancelled,
+    })
 }
 
 async fn next_batch(walk: &mut Walk<'_>) -> anyhow::Result<Vec<Picked>> {

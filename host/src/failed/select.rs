@@ -138,6 +138,20 @@ impl<'s> Walk<'s> {
         self.depth
     }
 
+    /// The messages the walk will look at, at most: the depth when it opened, or fewer for
+    /// the first N.
+    pub(crate) fn total(&self) -> u64 {
+        match self.selection {
+            Selection::First(n) => self.depth.min(*n),
+            _ => self.depth,
+        }
+    }
+
+    /// The messages looked at so far, selected or not.
+    pub(crate) fn examined(&self) -> u64 {
+        self.depth - self.left
+    }
+
     /// Ids asked for that no message had (for `Ids`; empty otherwise). Complete once `next`
     /// returned None.
     pub(crate) fn missing(&self) -> Vec<String> {

@@ -147,6 +147,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> a
                     config: Arc::new(state.config.clone()),
                     plugins: plugins.clone(),
                     capabilities: state.capabilities.clone(),
+                    jobs: crate::admin::Jobs::new(admin_cancel.child_token()),
                 },
                 admin_cancel.clone(),
             )

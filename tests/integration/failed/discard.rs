@@ -83,7 +83,7 @@ async fn discard_all_empties_the_failed_queue() {
     assert_eq!(harness::depth(&ch, &s.failed()).await, 0);
 
     // Nothing left: the library says 0, the binary succeeds.
-    let report = failed::discard(&s.config(), &s.q(), &Selection::All)
+    let report = failed::discard(&s.config(), &s.q(), &Selection::All, failed::Watch::none())
         .await
         .expect("discard");
     assert_eq!(report.done, 0);

@@ -24,7 +24,7 @@ async fn replay_by_id_moves_exactly_those_and_reports_unknown_ids() {
     assert!(digest.starts_with("sha256:"), "{listed:?}");
 
     let selection = Selection::ids(["m3", "m1", "nope", digest.as_str()]);
-    let report = failed::replay(&s.config(), &s.q(), &selection)
+    let report = failed::replay(&s.config(), &s.q(), &selection, failed::Watch::none())
         .await
         .expect("replay");
     assert_eq!(report.done, 3);
@@ -56,7 +56,7 @@ async fn replay_by_reason_moves_exactly_the_matching_ones() {
     }
 
     let by_cause = Selection::Reason("timeout".into());
-    let report = failed::replay(&s.config(), &s.q(), &by_cause)
+    let report = failed::replay(&s.config(), &s.q(), &by_cause, failed::Watch::none())
         .await
         .expect("replay");
     assert_eq!(report.done, 2);
@@ -65,7 +65,7 @@ async fn replay_by_reason_moves_exactly_the_matching_ones() {
 
     // The exact parked reason selects too.
     let by_reason = Selection::Reason("retries-exhausted".into());
-    let report = failed::replay(&s.config(), &s.q(), &by_reason)
+    let report = failed::replay(&s.config(), &s.q(), &by_reason, failed::Watch::none())
         .await
         .expect("replay");
     assert_eq!(report.done, 1);
@@ -99,7 +99,7 @@ async fn replay_drops_the_broker_dead_letter_headers() {
     h.insert("x-last-death-exchange".into(), headers::text("retry"));
     s.park(&ch, props.with_headers(h), b"dead").await;
 
-    let report = failed::replay(&s.config(), &s.q(), &Selection::All)
+    let report = failed::replay(&s.config(), &s.q(), &Selection::All, failed::Watch::none())
         .await
         .expect("replay");
     assert_eq!(report.done, 1);
@@ -147,7 +147,7 @@ async fn a_quorum_failed_queue_keeps_ids_and_order() {
     );
 
     let selection = Selection::ids([first[1].as_str(), first[2].as_str()]);
-    let report = failed::replay(&s.config(), &s.q(), &selection)
+    let report = failed::replay(&s.config(), &s.q(), &selection, failed::Watch::none())
         .await
         .expect("replay");
     assert_eq!(report.done, 2);

@@ -78,6 +78,7 @@ $("refresh").addEventListener("click", () => refresh());
 async function refresh() {
   const data = await api("GET", "/api/failed");
   if (!data) return;
+  loadJobs();
   const list = $("queues");
   list.replaceChildren();
   for (const q of data.queues) {
@@ -223,9 +224,11 @@ async function act(action, ids) {
   const body = JSON.stringify(ids ? { ids } : { all: true });
   const data = await api("POST", "/api/failed/" + encodeURIComponent(state.queue) + "/" + action, body);
   if (!data) return;
+  for (const id of ids || []) state.selected.delete(id);
+  // Many messages: a job, followed in jobs.js.
+  if (data.job) { notice(""); followJob(data.job); return; }
   notice((action === "replay" ? "Replayed " : "Discarded ") + data.done + " message" + (data.done === 1 ? "" : "s") +
     (data.missing.length ? "; not found: " + data.missing.join(", ") : ""), "info");
-  for (const id of ids || []) state.selected.delete(id);
   await refresh();
 }
 
@@ -370,6 +373,7 @@ async function groupAct(g, action) {
   const data = await api("POST", "/api/groups/" + encodeURIComponent(g.group) + "/" + action, "{}");
   status("");
   if (!data) return;
+  if (data.job) { notice(""); followJob(data.job); return; }
   if (action === "dry-run") {
     const results = data.queues.flatMap((q) => q.results);
     const answers = {};
