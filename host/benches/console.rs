@@ -123,12 +123,12 @@ async fn bench(args: Args) {
         (
             "overview (/overview)",
             "/overview",
-            "return document.querySelectorAll('[data-queue]').length >= 5",
+            "return document.querySelectorAll('tr[data-queue]').length >= 5",
         ),
         (
             "failure groups (/failed#groups)",
             "/failed#groups",
-            "return document.querySelectorAll('.group').length > 0",
+            "return document.querySelectorAll('.fgroup').length > 0",
         ),
     ];
     println!();
