@@ -144,7 +144,7 @@ pub(crate) async fn bench(
     );
     let mut rates: Vec<Vec<f64>> = Vec::new();
     for run in 0..runs {
-        for (i, case) in cases("t").iter().enumerate() {
+        for i in 0..cases("t").len() {
             for side in Side::order(run) {
                 let bin = match side {
                     Side::After => bins.after,
