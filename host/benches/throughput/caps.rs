@@ -45,10 +45,6 @@ fn cases(table: &str) -> Vec<Case> {
     let drop = script(&format!(
         r#"{{"sql":"execute","statement":"DROP TABLE {table}"}}"#
     ));
-    // The outbox's own rows for the queue go too (the shared test database keeps no leftovers).
-    let drop_recorded = script(&format!(
-        r#"{{"sql":"execute","statement":"DROP TABLE {table}"}},{{"sql":"execute","statement":"DELETE FROM worker_inbox WHERE queue = '{{queue}}'"}}"#
-    ));
     let redis_prefix = table.replace('_', "-");
     vec![
         Case {
@@ -96,7 +92,7 @@ fn cases(table: &str) -> Vec<Case> {
             grant: "sql = \"bench\"\n",
             setup: Some(create.clone()),
             body: insert.clone(),
-            cleanup: Some(drop),
+            cleanup: Some(drop.clone()),
             plain: None,
         },
         Case {
@@ -114,7 +110,7 @@ fn cases(table: &str) -> Vec<Case> {
             grant: "sql = \"bench\"\noutbox = true\n",
             setup: Some(create),
             body: insert,
-            cleanup: Some(drop_recorded),
+            cleanup: Some(drop),
             plain: Some(SQL_POSTGRES),
         },
     ]
@@ -240,13 +236,15 @@ async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> Option<f64> {
     if let Some(cleanup) = &case.cleanup {
         let cleanup = cleanup.replace("{queue}", &queue);
         fill_with(&ch, &queue, 1, cleanup.as_bytes(), false).await;
-        assert!(
-            wait_handled(&host.admin, n + 1).await,
-            "{}: cleanup not handled in 60 s",
-            case.name
-        );
+        if !wait_handled(&host.admin, n + 1).await {
+            // The rate stands; the table may stay behind (the names are unique).
+            eprintln!("(k) {}: cleanup not handled in 60 s on {}", case.name, bin.display());
+        }
     }
     drop(host);
+    if case.grant.contains("outbox") && case.sections == POSTGRES {
+        forget_recorded(&queue).await;
+    }
     remove_topology(&ch, &queue, &prefix).await;
     let _ = conn.close(200, "bye".into()).await;
     let _ = std::fs::remove_dir_all(&state);
@@ -271,4 +269,21 @@ async fn wait_handled(admin: &str, n: u64) -> bool {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     true
+}
+
+/// Removes the outbox's rows of `queue` from the shared PostgreSQL test database, from outside
+/// the host (a plugin may not name the outbox's tables), so runs leave nothing behind.
+async fn forget_recorded(queue: &str) {
+    use sqlx::Connection as _;
+    let url = "postgres://postgres@127.0.0.1:5432/test";
+    let mut db = sqlx::PgConnection::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e} (scripts/services.sh starts PostgreSQL)"));
+    for table in ["worker_inbox", "worker_outbox"] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE queue = $1"))
+            .bind(queue)
+            .execute(&mut db)
+            .await
+            .unwrap_or_else(|e| panic!("DELETE FROM {table}: {e}"));
+    }
 }
