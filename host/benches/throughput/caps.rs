@@ -155,8 +155,15 @@ pub(crate) async fn bench(
                 eprintln!("(k) {} on {}", case.name, bin.display());
                 let Some(rate) = measure(bin, probe, &case, n).await else {
                     // Only an earlier binary may fail a case: this tree's must handle them all.
-                    assert!(side == Side::Before, "{}: setup not handled in 60 s", case.name);
-                    eprintln!("(k) {}: the earlier binary did not handle the setup; left out", case.name);
+                    assert!(
+                        side == Side::Before,
+                        "{}: setup not handled in 60 s",
+                        case.name
+                    );
+                    eprintln!(
+                        "(k) {}: the earlier binary did not handle the setup; left out",
+                        case.name
+                    );
                     continue;
                 };
                 compared.push(&format!("(k) {}", case.name), side, rate, None);
@@ -238,7 +245,11 @@ async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> Option<f64> {
         fill_with(&ch, &queue, 1, cleanup.as_bytes(), false).await;
         if !wait_handled(&host.admin, n + 1).await {
             // The rate stands; the table may stay behind (the names are unique).
-            eprintln!("(k) {}: cleanup not handled in 60 s on {}", case.name, bin.display());
+            eprintln!(
+                "(k) {}: cleanup not handled in 60 s on {}",
+                case.name,
+                bin.display()
+            );
         }
     }
     drop(host);
@@ -279,11 +290,14 @@ async fn forget_recorded(queue: &str) {
     let mut db = sqlx::PgConnection::connect(url)
         .await
         .unwrap_or_else(|e| panic!("{url}: {e} (scripts/services.sh starts PostgreSQL)"));
-    for table in ["worker_inbox", "worker_outbox"] {
-        sqlx::query(&format!("DELETE FROM {table} WHERE queue = $1"))
+    for delete in [
+        "DELETE FROM worker_inbox WHERE queue = $1",
+        "DELETE FROM worker_outbox WHERE queue = $1",
+    ] {
+        sqlx::query(delete)
             .bind(queue)
             .execute(&mut db)
             .await
-            .unwrap_or_else(|e| panic!("DELETE FROM {table}: {e}"));
+            .unwrap_or_else(|e| panic!("{delete}: {e}"));
     }
 }
