@@ -97,13 +97,18 @@ pub(super) async fn run(command: FailedCommand) -> anyhow::Result<()> {
                 set_headers: headers.into_iter().collect(),
                 remove_headers,
             };
-            let who = std::env::var("USER")
-                .map_or_else(|_| "command line".into(), |u| format!("command line ({u})"));
-            let done = edit(&config, &queue, &id, &change, &who).await?;
-            say!("replayed {id} to {queue} as {} ({})", done.id, done.diff);
-            Ok(())
+            edit_one(&config, &queue, &id, &change).await
         }
     }
+}
+
+/// `failed edit`: the edited copy replayed, the original removed, said with the diff.
+async fn edit_one(config: &Config, queue: &str, id: &str, change: &Edit) -> anyhow::Result<()> {
+    let who = std::env::var("USER")
+        .map_or_else(|_| "command line".into(), |u| format!("command line ({u})"));
+    let done = edit(config, queue, id, change, &who).await?;
+    say!("replayed {id} to {queue} as {} ({})", done.id, done.diff);
+    Ok(())
 }
 
 #[derive(Clone, Copy)]
