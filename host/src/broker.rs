@@ -5,7 +5,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
@@ -228,6 +230,26 @@ pub(crate) async fn exchange_exists(
             Ok(true)
         }
         Err(err) if is_not_found(&err) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+/// `queue` as the broker sees it (ready messages, consumers), asked with a passive declare on
+/// `channel`; `None` when it does not exist, which also closes `channel`.
+pub(crate) async fn queue_state(
+    channel: &Channel,
+    queue: &str,
+) -> Result<Option<lapin::Queue>, lapin::Error> {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    match channel
+        .queue_declare(queue.into(), passive, FieldTable::default())
+        .await
+    {
+        Ok(q) => Ok(Some(q)),
+        Err(err) if is_not_found(&err) => Ok(None),
         Err(err) => Err(err),
     }
 }

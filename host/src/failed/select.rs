@@ -189,15 +189,12 @@ fn passive() -> QueueDeclareOptions {
 /// Messages ready in `queue`, asked on a throwaway channel (a missing queue closes it).
 pub(crate) async fn count(conn: &Connection, queue: &str) -> anyhow::Result<u64> {
     let channel = conn.create_channel().await.context("opening a channel")?;
-    let declared = channel
-        .queue_declare(queue.into(), passive(), FieldTable::default())
-        .await;
-    match declared {
-        Ok(q) => {
+    match crate::broker::queue_state(&channel, queue).await {
+        Ok(Some(q)) => {
             let _ = channel.close(200, "counted".into()).await;
             Ok(u64::from(q.message_count()))
         }
-        Err(err) if crate::broker::is_not_found(&err) => Err(FailedError::Missing {
+        Ok(None) => Err(FailedError::Missing {
             queue: queue.to_string(),
         }
         .into()),

@@ -9,8 +9,6 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -169,20 +167,15 @@ async fn read(
             .await
             .map_err(|e| format!("opening a channel: {e}"))?,
     };
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..QueueDeclareOptions::default()
-    };
-    let declared = open.queue_declare(queue.into(), passive, FieldTable::default());
-    match tokio::time::timeout(ONE_READ, declared).await {
-        Ok(Ok(q)) => {
+    match tokio::time::timeout(ONE_READ, crate::broker::queue_state(&open, queue)).await {
+        Ok(Ok(Some(q))) => {
             *channel = Some(open);
             Ok(Depth::Read {
                 ready: q.message_count(),
                 consumers: q.consumer_count(),
             })
         }
-        Ok(Err(err)) if crate::broker::is_not_found(&err) => Ok(Depth::Missing),
+        Ok(Ok(None)) => Ok(Depth::Missing),
         Ok(Err(err)) => Err(format!("reading the depth of {queue}: {err}")),
         Err(_) => Ok(Depth::Unknown),
     }
