@@ -5,17 +5,15 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
-};
-use lapin::types::FieldTable;
-use lapin::{
-    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
-};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use tokio::sync::watch;
 use tracing::{Instrument, info, warn};
 
 use crate::telemetry;
+
+mod probe;
+pub(crate) use probe::{exchange_exists, queue_state};
 
 /// No broker URL answered; commands exit with code 2 for this.
 #[derive(Debug, thiserror::Error)]
@@ -206,51 +204,6 @@ async fn publish(
         Confirmation::Nack(_) => Err(PublishError::Nacked {
             exchange: exchange.to_string(),
         }),
-    }
-}
-
-/// Whether `exchange` exists, asked with a passive declare on a throwaway channel (a missing
-/// one closes it, so no channel in use is affected).
-pub(crate) async fn exchange_exists(
-    conn: &Connection,
-    exchange: &str,
-) -> Result<bool, lapin::Error> {
-    let probe = conn.create_channel().await?;
-    let passive = ExchangeDeclareOptions {
-        passive: true,
-        ..ExchangeDeclareOptions::default()
-    };
-    let kind = ExchangeKind::Topic; // Ignored by a passive declare.
-    match probe
-        .exchange_declare(exchange.into(), kind, passive, FieldTable::default())
-        .await
-    {
-        Ok(()) => {
-            let _ = probe.close(200, "checked".into()).await;
-            Ok(true)
-        }
-        Err(err) if is_not_found(&err) => Ok(false),
-        Err(err) => Err(err),
-    }
-}
-
-/// `queue` as the broker sees it (ready messages, consumers), asked with a passive declare on
-/// `channel`; `None` when it does not exist, which also closes `channel`.
-pub(crate) async fn queue_state(
-    channel: &Channel,
-    queue: &str,
-) -> Result<Option<lapin::Queue>, lapin::Error> {
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..QueueDeclareOptions::default()
-    };
-    match channel
-        .queue_declare(queue.into(), passive, FieldTable::default())
-        .await
-    {
-        Ok(q) => Ok(Some(q)),
-        Err(err) if is_not_found(&err) => Ok(None),
-        Err(err) => Err(err),
     }
 }
 
