@@ -6,7 +6,7 @@
 use fantoccini::Client;
 use serde_json::json;
 
-use super::{Driver, click, give_token, screenshot_path, until};
+use super::{Driver, give_token, screenshot_path, until};
 use crate::console::jobs::JobHost;
 use crate::console::{TOKEN, request};
 
@@ -47,7 +47,17 @@ async fn a_replay_of_20000_messages_shows_its_progress_in_the_page_and_is_cancel
     .await;
     running_job_shown(&page).await;
 
-    click(&page, ".job button[data-action=\"cancel\"]").await;
+    // Clicked inside the page in one step: the panel is drawn again at every poll, so a
+    // button found by WebDriver can be gone by the time it is clicked.
+    let clicked = page
+        .execute(
+            "const b = document.querySelector('.job button[data-action=\"cancel\"]'); \
+             if (b) b.click(); return !!b",
+            vec![],
+        )
+        .await
+        .expect("click Cancel");
+    assert_eq!(clicked, json!(true), "no Cancel button");
     until(
         &page,
         "the job cancelled",
