@@ -360,14 +360,14 @@ async fn bench(args: Args) {
                 .join(", ")
         );
     }
-    let mut outbox_sqlite = f64::NAN;
+    let mut caps = caps::Ratios::NOT_RUN;
     if on('k') {
         let probe = root.join("plugins/cap_probe.wasm");
         let bins = caps::Bins {
             after: &host_bin,
             before: before_bin.as_deref(),
         };
-        outbox_sqlite = caps::bench(bins, &probe, n.min(5_000), args.runs, &mut compared).await;
+        caps = caps::bench(bins, &probe, n.min(5_000), args.runs, &mut compared).await;
     }
     if let Some(bin) = &before_bin {
         compared.print(bin);
@@ -394,7 +394,9 @@ async fn bench(args: Args) {
         js_us: us("JS JSON.parse, fresh"),
         mix_peak_mib: lang.mix_peak_mib("fresh"),
         startup_s: med(&starts),
-        outbox_sqlite,
+        outbox_sqlite: caps.outbox_sqlite,
+        sql_sqlite: caps.sql_sqlite,
+        outbox_postgres: caps.outbox_postgres,
         idle_mib,
     });
 }

@@ -29,6 +29,7 @@ const POSTGRES: &str = "[sql.bench]\nurl = \"postgres://postgres@127.0.0.1:5432/
 const SQL_SQLITE: &str = "SQL insert, SQLite";
 const SQL_POSTGRES: &str = "SQL insert, PostgreSQL";
 const OUTBOX_SQLITE: &str = "SQL insert + outbox, SQLite";
+const OUTBOX_POSTGRES: &str = "SQL insert + outbox, PostgreSQL";
 
 fn script(steps: &str) -> String {
     format!(r#"{{"steps":[{steps}],"answer":"ok","on_error":"fail"}}"#)
@@ -105,7 +106,7 @@ fn cases(table: &str) -> Vec<Case> {
             plain: Some(SQL_SQLITE),
         },
         Case {
-            name: "SQL insert + outbox, PostgreSQL",
+            name: OUTBOX_POSTGRES,
             sections: POSTGRES.into(),
             grant: "sql = \"bench\"\noutbox = true\n",
             setup: Some(create),
@@ -132,7 +133,7 @@ pub(crate) async fn bench(
     n: u64,
     runs: usize,
     compared: &mut before::Table,
-) -> f64 {
+) -> Ratios {
     assert!(
         probe.exists(),
         "{} is missing: scripts/build-plugins.sh",
@@ -200,7 +201,30 @@ pub(crate) async fn bench(
             .unwrap_or_default();
         println!("{name:<40} {rate:>10.0} {added:>16.1} {vs:>14}");
     }
-    rate_of(OUTBOX_SQLITE) / base
+    Ratios {
+        outbox_sqlite: rate_of(OUTBOX_SQLITE) / base,
+        sql_sqlite: rate_of(SQL_SQLITE) / base,
+        outbox_postgres: rate_of(OUTBOX_POSTGRES) / rate_of(SQL_POSTGRES),
+    }
+}
+
+/// The (k) figures the targets are stated in.
+pub(crate) struct Ratios {
+    /// SQLite insert + outbox / doing nothing.
+    pub(crate) outbox_sqlite: f64,
+    /// SQLite plain insert / doing nothing.
+    pub(crate) sql_sqlite: f64,
+    /// PostgreSQL insert + outbox / PostgreSQL plain insert.
+    pub(crate) outbox_postgres: f64,
+}
+
+impl Ratios {
+    /// Not measured.
+    pub(crate) const NOT_RUN: Ratios = Ratios {
+        outbox_sqlite: f64::NAN,
+        sql_sqlite: f64::NAN,
+        outbox_postgres: f64::NAN,
+    };
 }
 
 /// One case: declare, set up, fill, consume (timed), clean up.

@@ -35,6 +35,10 @@ pub(super) struct Measured {
     /// (k): msgs/s with an SQL insert and the outbox on SQLite over the same handler doing
     /// nothing.
     pub(super) outbox_sqlite: f64,
+    /// (k): the same with the plain insert.
+    pub(super) sql_sqlite: f64,
+    /// (k): PostgreSQL insert + outbox over the plain insert.
+    pub(super) outbox_postgres: f64,
 }
 
 /// What a row's goal bounds.
@@ -172,6 +176,20 @@ pub(super) fn print(m: &Measured) {
             "(k) SQL insert + outbox, SQLite / doing nothing",
             m.outbox_sqlite,
             AtLeast(0.5),
+            "",
+        ),
+        (
+            "7'",
+            "(k) SQL insert, SQLite / doing nothing",
+            m.sql_sqlite,
+            AtLeast(0.6),
+            "",
+        ),
+        (
+            "7''",
+            "(k) insert + outbox / plain insert, PostgreSQL",
+            m.outbox_postgres,
+            AtLeast(0.85),
             "",
         ),
     ];

@@ -182,6 +182,24 @@ impl Conn {
         Ok(())
     }
 
+    /// Opens savepoint `name` in the transaction (group commit: one per message).
+    pub(super) async fn savepoint(&mut self, name: &str) -> Result<(), sqlx::Error> {
+        self.control(format!("SAVEPOINT {name}")).await.map(drop)
+    }
+
+    /// Keeps what was done since savepoint `name`, in the transaction.
+    pub(super) async fn release(&mut self, name: &str) -> Result<(), sqlx::Error> {
+        self.control(format!("RELEASE SAVEPOINT {name}"))
+            .await
+            .map(drop)
+    }
+
+    /// Undoes what was done since savepoint `name`, and ends it.
+    pub(super) async fn rollback_to(&mut self, name: &str) -> Result<(), sqlx::Error> {
+        let statement = format!("ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}");
+        self.control(statement).await.map(drop)
+    }
+
     /// A transaction-control statement of the host's (text protocol: PostgreSQL and MySQL take
     /// several at once); the first column of the last row it returns, if any.
     async fn control(&mut self, statement: String) -> Result<Option<i64>, sqlx::Error> {
@@ -231,7 +249,24 @@ impl Conn {
         {
             *failure = Failure::invalid(why);
         }
+        if let Err(failure) = &mut result
+            && !failure.lost
+            && !self.in_transaction().await
+        {
+            // SQLite ended the transaction itself: what follows would commit statement by
+            // statement.
+            failure.lost = true;
+        }
         result
+    }
+
+    /// Whether the transaction is still open: always on the servers (they report a lost one
+    /// by their errors); on SQLite as the connection says (false if it cannot say).
+    pub(super) async fn in_transaction(&mut self) -> bool {
+        match &mut self.link {
+            Link::Sqlite(c) => super::sqlite::in_transaction(c).await.unwrap_or(false),
+            Link::Postgres(_) | Link::MySql(_) => true,
+        }
     }
 
     async fn dispatch(

@@ -23,6 +23,7 @@ mod backend;
 mod cancel;
 mod dry;
 mod error;
+mod group;
 mod guard;
 pub(crate) mod outbox;
 mod sqlite;
@@ -81,6 +82,8 @@ pub(crate) struct Database {
     outbox_schema: outbox::Schema,
     /// Statements the host gave up on, being cancelled on the server.
     cancels: cancel::Cancels,
+    /// SQLite: the messages' shared transaction (`group.rs`).
+    group: Option<group::Group>,
 }
 
 impl Database {
@@ -126,6 +129,7 @@ impl Database {
             down: AtomicBool::new(false),
             outbox_schema: outbox::Schema::default(),
             cancels: cancel::Cancels::default(),
+            group: (config.kind == SqlKind::Sqlite).then(group::Group::default),
         })
     }
 
@@ -179,6 +183,15 @@ impl Database {
                  pool was busy",
             )),
         }
+    }
+
+    /// A message's transaction: a turn in the group one on SQLite, a connection of its own
+    /// on the servers.
+    async fn transaction(&self, deadline: Instant) -> Result<Tx, Failure> {
+        Ok(match &self.group {
+            Some(group) => Tx::Member(group.join(self, deadline).await?),
+            None => Tx::Open(self.connected(deadline, First::Begin).await?),
+        })
     }
 
     /// Counts a call and tells `/readyz` when the database went away or came back.
@@ -244,6 +257,8 @@ enum Tx {
     #[default]
     Idle,
     Open(Conn),
+    /// A turn in the database's group transaction (SQLite).
+    Member(group::Member),
     /// The transaction is gone (its connection closed): every later statement answers this.
     Lost(sql::SqlError),
 }
@@ -277,6 +292,8 @@ impl Capability for Instance {
                 rollback(conn).await;
                 Ok(())
             }
+            (Tx::Member(member), Some(_)) => member.leave(ok).await,
+            (Tx::Member(member), None) => member.leave(false).await,
             (Tx::Lost(error), Some(db)) if ok => Err(CommitError::Lost {
                 store: db.recorder.store().to_string(),
                 why: error::message(&error).to_string(),
@@ -355,10 +372,12 @@ impl Instance {
         }
         let deadline = self.deadline.unwrap_or_else(Instant::now);
         if matches!(self.tx, Tx::Idle) {
-            self.tx = Tx::Open(db.connected(deadline, First::Begin).await?);
+            self.tx = db.transaction(deadline).await?;
         }
-        let Tx::Open(conn) = &mut self.tx else {
-            return Err(Failure::other("the transaction is not open"));
+        let conn = match &mut self.tx {
+            Tx::Open(conn) => conn,
+            Tx::Member(member) => member.conn(),
+            _ => return Err(Failure::other("the transaction is not open")),
         };
         self.statements += 1;
         let run = conn.run_guest(statement, params, want, deadline);

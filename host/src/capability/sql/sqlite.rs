@@ -172,6 +172,16 @@ impl Drop for HostTurn {
     }
 }
 
+/// Whether the connection is inside a transaction. SQLite rolls a whole transaction back by
+/// itself on some errors (a full disk, an interrupt), after which statements would commit one by
+/// one: the host checks this wherever that would break a message's all-or-nothing.
+pub(super) async fn in_transaction(conn: &mut SqliteConnection) -> Result<bool, sqlx::Error> {
+    let mut handle = conn.lock_handle().await?;
+    let db = handle.as_raw_handle().as_ptr();
+    // SAFETY: `db` is open and locked for us; the call only reads the connection's state.
+    Ok(unsafe { ffi::sqlite3_get_autocommit(db) } == 0)
+}
+
 /// Sets up a new connection: its watch, the authorizer and the progress handler.
 async fn install(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
     let watch = Arc::new(Watch::new());

@@ -209,7 +209,6 @@ impl Database {
         if ns.is_empty() {
             return Ok(());
         }
-        let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, true).await?;
         let list = (0..ns.len())
             .map(|i| self.p(i + 4))
             .collect::<Vec<_>>()
@@ -226,6 +225,19 @@ impl Database {
             Value::Text(message_id.to_string()),
         ];
         params.extend(ns.iter().map(|n| Value::Int(i64::from(*n))));
+        let deadline = Instant::now() + OPERATION_TIMEOUT;
+        if let Some(group) = &self.group {
+            // SQLite: a sync of its own per message would cost what the group commit saves.
+            let mut member = group
+                .join(self, deadline)
+                .await
+                .map_err(|f| OutboxError(self.describe(&f)))?;
+            let marked = run(member.conn(), &update, params, Want::Affected).await;
+            let left = member.leave(marked.is_ok()).await;
+            marked?;
+            return left.map_err(|e| OutboxError(e.to_string()));
+        }
+        let mut conn = self.begun(deadline, true).await?;
         run(&mut conn, &update, params, Want::Affected).await?;
         self.commit_now(conn).await
     }
@@ -390,16 +402,10 @@ impl Instance {
         let deadline = deadline.max(Instant::now() + COMMIT_MIN);
         self.database = None;
         let failed = |why: String| RecordError::Failed(why);
-        let mut conn = match std::mem::take(&mut self.tx) {
+        let described = |f: Failure| failed(db.describe(&f));
+        let tx = match std::mem::take(&mut self.tx) {
             // The consumer has made the tables before the call (it looked the message up).
-            Tx::Open(conn) => conn,
-            Tx::Idle => db.connected(deadline, First::Begin).await.map_err(|f| {
-                failed(format!(
-                    "[sql.{}] {}",
-                    db.recorder.store(),
-                    error::message(&f.error)
-                ))
-            })?,
+            Tx::Idle => db.transaction(deadline).await.map_err(described)?,
             Tx::Lost(error) => {
                 return Err(failed(format!(
                     "[sql.{}] {}",
@@ -407,25 +413,42 @@ impl Instance {
                     error::message(&error)
                 )));
             }
+            tx => tx,
         };
-        let written = match tokio::time::timeout_at(
-            deadline.into(),
-            db.write_record(&mut conn, record),
-        )
-        .await
-        {
-            Ok(written) => written,
-            Err(_) => Err(failed(format!(
-                "[sql.{}] recording the outbox timed out",
-                db.recorder.store()
-            ))),
-        };
-        if let Err(e) = written {
-            rollback(conn).await;
-            return Err(e);
+        match tx {
+            Tx::Member(mut member) => {
+                let written = record_by(&db, member.conn(), record, deadline).await;
+                let kept = written.is_ok();
+                let left = member.leave(kept).await;
+                written?;
+                left.map_err(|e| failed(e.to_string()))
+            }
+            Tx::Open(mut conn) => {
+                if let Err(e) = record_by(&db, &mut conn, record, deadline).await {
+                    rollback(conn).await;
+                    return Err(e);
+                }
+                commit(&db, conn, deadline)
+                    .await
+                    .map_err(|e| failed(e.to_string()))
+            }
+            Tx::Idle | Tx::Lost(_) => Err(failed("the transaction is not open".into())),
         }
-        commit(&db, conn, deadline)
-            .await
-            .map_err(|e| failed(e.to_string()))
+    }
+}
+
+/// Writes `record` into the open transaction `conn`, by `deadline`.
+async fn record_by(
+    db: &Database,
+    conn: &mut Conn,
+    record: &Record,
+    deadline: Instant,
+) -> Result<(), RecordError> {
+    match tokio::time::timeout_at(deadline.into(), db.write_record(conn, record)).await {
+        Ok(written) => written,
+        Err(_) => Err(RecordError::Failed(format!(
+            "[sql.{}] recording the outbox timed out",
+            db.recorder.store()
+        ))),
     }
 }

@@ -4,6 +4,7 @@
 //! tests are built with the `server-tests` feature, which scripts/test.sh always turns on, so
 //! `cargo test --lib` alone needs no server.
 
+mod group;
 #[cfg(feature = "server-tests")]
 mod mysql;
 mod outbox;
