@@ -7,9 +7,14 @@
 //! and leaves: a message that did not answer ok (or whose record failed) is rolled back to its
 //! savepoint alone; an ok one is kept and waits for the group's commit. The message leaving
 //! commits the group when nobody is queued for a turn, when the group holds
-//! [`MAX_MESSAGES`], or when it is [`MAX_AGE`] old; otherwise the next one goes on in the
-//! same transaction. A message still waiting after [`MAX_AGE`] takes a turn to commit it.
+//! [`MAX_MESSAGES`], or when its first kept message has waited [`MAX_AGE`]; otherwise the next
+//! one goes on in the same transaction. A message still waiting after [`MAX_AGE`] takes a turn
+//! to commit it (the one queued may have given up).
 //! So under no load nothing waits, and under load one sync serves many messages.
+//!
+//! A statement error after which SQLite has ended the transaction by itself loses the message
+//! (`Conn::run_guest` checks), so the next one never runs outside the group's transaction; a
+//! savepoint that cannot be released or rolled back to fails the group.
 //!
 //! Every message learns its group's outcome before its call counts as committed: its
 //! publishes and its ack come after that. A group whose transaction is lost (a statement cut
@@ -112,11 +117,6 @@ impl Group {
             ));
         };
         let store = db.recorder.store().to_string();
-        if let Some(open) = guard.open.as_mut()
-            && !open.conn.in_transaction().await
-        {
-            fail(&mut guard, &store, "SQLite ended the transaction by itself");
-        }
         if guard.open.is_none() {
             let conn = db.connected(deadline, First::Begin).await?;
             let (outcome, _) = watch::channel(None);
@@ -167,11 +167,6 @@ impl Member {
             return Err(CommitError::CutOff {
                 store: self.store.clone(),
             });
-        }
-        if !open.conn.in_transaction().await {
-            let why = "SQLite ended the transaction by itself";
-            fail(&mut guard, &self.store, why);
-            return Err(self.lost(why));
         }
         let ended = if ok {
             open.conn.release(SAVEPOINT).await
