@@ -8,10 +8,11 @@
 
 pub(crate) mod db;
 mod dry_run;
+mod group;
 pub(crate) mod http;
 mod isolation;
 mod kv;
-mod outbox;
+pub(crate) mod outbox;
 mod pause;
 mod restart;
 mod secrets;

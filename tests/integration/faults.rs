@@ -7,6 +7,7 @@
 //! timeout) and restore them in every outcome: they must run alone (scripts/test.sh runs every
 //! `broker_*` test after the rest, one at a time).
 
+mod batch;
 mod blocked;
 pub(crate) mod support;
 

@@ -3,25 +3,26 @@
 //! between commit and ack (the binary aborting at a crash point, then started again) causes no
 //! second effect and no publish under a new id.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use lapin::BasicProperties;
 use serde_json::{Value, json};
 
 use super::db::{self, Kind, Pool};
-use super::support::{Probe, Sub, id_of};
+use super::support::{Probe, Seen, Sub, seen_of};
 use worker_host::failpoint::FAILPOINT_ENV;
 
 /// One test's rows table and the probe subscription `ob` writing to it.
-struct Case {
-    kind: Kind,
-    db: Pool,
-    rows: String,
-    state: tempfile::TempDir,
+pub(crate) struct Case {
+    pub(crate) kind: Kind,
+    pub(crate) db: Pool,
+    pub(crate) rows: String,
+    pub(crate) state: tempfile::TempDir,
 }
 
 impl Case {
-    async fn new(kind: Kind) -> Case {
+    pub(crate) async fn new(kind: Kind) -> Case {
         let state = tempfile::tempdir().expect("state dir");
         let db = Pool::connect(kind, state.path()).await;
         let rows = db::table("outbox_rows");
@@ -37,17 +38,24 @@ impl Case {
 
     /// Subscription `ob`, one message at a time, with `keys` added.
     fn subs(&self, keys: &str) -> [Sub; 1] {
-        let keys = format!("sql = \"db\"\noutbox = true\nconcurrency = 1\nprefetch = 1\n{keys}");
-        [Sub::new("ob", &keys)]
+        self.sub(&format!("concurrency = 1\nprefetch = 1\n{keys}"))
     }
 
-    fn tables(&self) -> String {
+    /// Subscription `ob` with its grant, the outbox and `keys`.
+    pub(crate) fn sub(&self, keys: &str) -> [Sub; 1] {
+        [Sub::new(
+            "ob",
+            &format!("sql = \"db\"\noutbox = true\n{keys}"),
+        )]
+    }
+
+    pub(crate) fn tables(&self) -> String {
         format!("[sql.db]\nurl = \"{}\"\n", self.kind.toml_url())
     }
 
     /// A script inserting its id into the rows table, answering `answer` (the probe then
     /// publishes its report: the one publish of an ok).
-    fn script(&self, id: &str, answer: &str) -> Value {
+    pub(crate) fn script(&self, id: &str, answer: &str) -> Value {
         let statement = format!(
             "INSERT INTO {} (id) VALUES ({})",
             self.rows,
@@ -67,38 +75,74 @@ impl Case {
             .count()
     }
 
-    async fn done(self) {
+    pub(crate) async fn done(self) {
         self.db.drop_tables(&[&self.rows]).await;
     }
 }
 
-fn with_id(id: &str) -> BasicProperties {
+pub(crate) fn with_id(id: &str) -> BasicProperties {
     BasicProperties::default().with_message_id(id.into())
 }
 
-/// Reports until the one of `last` arrives: (report id, message id) of each.
-async fn reports_until(probe: &mut Probe, last: &str) -> Vec<(String, Option<String>)> {
+/// Reports until the one of `last` arrives.
+async fn reports_until(probe: &mut Probe, last: &str) -> Vec<Seen> {
+    reports_while(probe, last, |seen| {
+        seen.last().is_some_and(|(id, _)| id == last)
+    })
+    .await
+}
+
+/// Reports until one of each of `ids` arrived (a message handled twice may report twice).
+pub(crate) async fn reports_of_all(probe: &mut Probe, ids: &[String]) -> Vec<Seen> {
+    let mut missing: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    reports_while(probe, "every id", |seen| {
+        if let Some((id, _)) = seen.last() {
+            missing.remove(id.as_str());
+        }
+        missing.is_empty()
+    })
+    .await
+}
+
+/// Reports, each as it arrives, until `enough` says so; fails after 20 s without one.
+pub(crate) async fn reports_while(
+    probe: &mut Probe,
+    what: &str,
+    mut enough: impl FnMut(&[Seen]) -> bool,
+) -> Vec<Seen> {
     let mut seen = Vec::new();
     loop {
         let Some(msg) = probe.next_report(Duration::from_secs(20)).await else {
             panic!(
-                "no report of {last} after 20 s; got {seen:?}; log:\n{}",
+                "no report after 20 s waiting for {what}; got {seen:?}; log:\n{}",
                 probe.log()
             );
         };
-        let report: Value = serde_json::from_slice(&msg.delivery.data).expect("a report");
-        let id = id_of(&report);
-        let message_id = msg
-            .delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|s| s.to_string());
-        seen.push((id.clone(), message_id));
-        if id == last {
+        seen.push(seen_of(&msg));
+        if enough(&seen) {
             return seen;
         }
     }
+}
+
+/// Every one of `ids` was published, each report of it under its outbox id `<id>:1` and none
+/// under another; how many reports each had.
+pub(crate) fn published_under_own_ids(seen: &[Seen], ids: &[String]) -> BTreeMap<String, usize> {
+    let mut count = BTreeMap::new();
+    for id in ids {
+        let own = Some(format!("{id}:1"));
+        let of_id: Vec<_> = seen.iter().filter(|(r, _)| r == id).collect();
+        assert!(!of_id.is_empty(), "{id} never published: {seen:?}");
+        assert!(
+            of_id.iter().all(|(_, mid)| *mid == own),
+            "a report of {id} under another id: {seen:?}"
+        );
+        count.insert(id.clone(), of_id.len());
+    }
+    count
 }
 
 #[tokio::test]
@@ -194,15 +238,10 @@ async fn crash_at(kind: Kind, point: &str) {
         .send_with("ob", &case.script("m-2", "ok"), with_id("m-2"))
         .await;
     let seen = reports_until(&mut probe, "m-2").await;
-    let m1: Vec<_> = seen.iter().filter(|(id, _)| id == "m-1").collect();
-    assert!(!m1.is_empty(), "{point}: m-1 never published: {seen:?}");
-    assert!(
-        m1.iter().all(|(_, mid)| mid.as_deref() == Some("m-1:1")),
-        "{point}: a report of m-1 under another id: {seen:?}"
-    );
+    let m1 = published_under_own_ids(&seen, &["m-1".to_string()])["m-1"];
     // After the commit, the redelivery and the start-up sweep may both send m-1:1.
     if matches!(point, "outbox-before-commit" | "outbox-after-mark") {
-        assert_eq!(m1.len(), 1, "{point}: {seen:?}");
+        assert_eq!(m1, 1, "{point}: {seen:?}");
     }
     assert_eq!(case.effects("m-1").await, 1, "{point}: m-1's effect");
     assert_eq!(case.effects("m-2").await, 1);

@@ -187,6 +187,12 @@ impl Probe {
         self.host.config_path().to_owned()
     }
 
+    /// The folder holding its worker.toml, which names its broker connection
+    /// (`client_properties`).
+    pub fn dir(&self) -> &Path {
+        self.host.dir()
+    }
+
     /// The child's log so far (empty in-process: the test's own output has those lines).
     pub fn log(&self) -> String {
         self.host.log()
@@ -209,6 +215,20 @@ impl Probe {
         let key = format!("{}.{sub}.x", self.n.p);
         let body = script.to_string();
         harness::publish(&self.ch, &self.n.master(), &key, body.as_bytes(), props).await;
+    }
+
+    /// Publishes every (script, properties) of `messages` to subscription `sub` at once: all
+    /// sent, then all confirmed, so the service gets them as one burst.
+    pub async fn send_all(
+        &self,
+        sub: &str,
+        messages: impl IntoIterator<Item = (Value, BasicProperties)>,
+    ) {
+        let key = format!("{}.{sub}.x", self.n.p);
+        let messages = messages
+            .into_iter()
+            .map(|(script, props)| (key.clone(), script.to_string().into_bytes(), props));
+        harness::publish_pipelined(&self.ch, &self.n.master(), messages).await;
     }
 
     /// The next report as delivered (its properties too), if one arrives within `wait`.
@@ -294,10 +314,60 @@ impl Probe {
 
     /// Stops the service (drains; the child gets SIGTERM) and deletes the topology.
     pub async fn stop(self) {
+        self.shut_down().await.cleanup().await;
+    }
+
+    /// Stops the service (drains; the child gets SIGTERM) and keeps the topology for a last
+    /// look: a message it held unacked is back in its queue now.
+    pub async fn shut_down(self) -> Stopped {
         self.host.stop().await;
+        Stopped {
+            n: self.n,
+            conn: self.conn,
+            ch: self.ch,
+            subs: self.subs,
+        }
+    }
+}
+
+/// The topology of a [`Probe`] whose service has stopped, until [`Stopped::cleanup`].
+pub struct Stopped {
+    pub n: Names,
+    conn: lapin::Connection,
+    pub ch: lapin::Channel,
+    subs: Vec<String>,
+}
+
+impl Stopped {
+    /// Messages ready in `queue` (a subscription's, `<p>.<name>`, or one derived from it).
+    pub async fn depth(&self, queue: &str) -> u32 {
+        harness::depth(&self.ch, queue).await
+    }
+
+    /// Takes every message left in `queue` (reports, or scripts).
+    pub async fn drain(&self, queue: &str) -> Vec<Seen> {
+        let mut all = Vec::new();
+        while let Some(msg) = harness::get(&self.ch, queue).await {
+            all.push(seen_of(&msg));
+        }
+        all
+    }
+
+    /// Deletes the topology.
+    pub async fn cleanup(self) {
         let _ = self.conn.close(200, "done".into()).await;
         self.n.cleanup(&self.subs).await;
     }
+}
+
+/// A report (or script) as it arrived: its `id`, and the message id it carries.
+pub type Seen = (String, Option<String>);
+
+/// What a delivered report (or script) is, as [`Seen`].
+pub fn seen_of(msg: &lapin::message::BasicGetMessage) -> Seen {
+    let body: Value = serde_json::from_slice(&msg.delivery.data).expect("JSON");
+    let message_id = msg.delivery.properties.message_id().as_ref();
+    (id_of(&body), message_id.map(|s| s.to_string()))
 }
 
 /// The `id` of a script or report.
