@@ -7,10 +7,11 @@
 //!   wait for each other (busy timeout) instead of failing on a stale snapshot.
 //! - PostgreSQL: `BEGIN; SET LOCAL statement_timeout` to the handler's remaining time, so the
 //!   server stops a statement even if the host is gone (the host also cancels one it gives up
-//!   on, `cancel.rs`); and every statement runs under a savepoint,
+//!   on, `cancel.rs`); and every plugin statement runs under a savepoint,
 //!   so a failed statement (a duplicate key the guest expects) is undone alone and the message's
 //!   transaction goes on, as it does on MySQL and SQLite. The savepoint rides in the same round
-//!   trip as BEGIN, or as the previous statement's release.
+//!   trip as BEGIN, or as the previous statement's release. The host's own statements skip it:
+//!   any failure of theirs abandons the transaction anyway.
 //! - MySQL/MariaDB: `BEGIN`; DDL commits implicitly there, so the host begins again after it.
 //! - SQLite: the connection's [`Watch`] says whose statement runs, for the authorizer and the
 //!   progress handler (`sqlite.rs`); the host's own statements run in its turn.
@@ -215,7 +216,12 @@ impl Conn {
         Ok(last)
     }
 
-    /// Runs one of the host's own statements (the outbox's) in the message's transaction.
+    /// Runs one of the host's own statements (the outbox's) in an open transaction that a
+    /// failure abandons: the caller rolls back (or drops the connection, which closes it) on any
+    /// error, so PostgreSQL runs it without renewing the savepoint (a round trip saved), and
+    /// its failure aborts the transaction there, reported as lost. A plugin statement after
+    /// a successful one renews the savepoint first (`savepoint_fresh` is cleared), so it is
+    /// still undone alone if it fails.
     pub(super) async fn run(
         &mut self,
         statement: &str,
@@ -224,7 +230,37 @@ impl Conn {
     ) -> Result<Output, Failure> {
         let _host = self.watch.as_ref().map(Watch::host);
         self.busy = true;
-        let result = self.dispatch(statement, params, want).await;
+        let result = match &mut self.link {
+            Link::Sqlite(c) => sqlite(c, statement, params, want).await,
+            Link::Postgres(c) => postgres(c, statement, params, want)
+                .await
+                .map_err(Failure::lost),
+            Link::MySql(c) => mysql(c, statement, params, want).await,
+        };
+        self.savepoint_fresh = false;
+        self.busy = false;
+        result
+    }
+
+    /// Runs one of the host's statements by itself on a connection outside any transaction
+    /// (the server commits it alone): one round trip, and the connection stays clean, so it
+    /// goes back to the pool. On SQLite it runs in the host's turn.
+    pub(super) async fn once(
+        &mut self,
+        statement: &str,
+        params: Vec<Value>,
+        want: Want,
+    ) -> Result<Output, Failure> {
+        if !self.clean {
+            return Err(Failure::other("a one-off statement inside a transaction"));
+        }
+        let _host = self.watch.as_ref().map(Watch::host);
+        self.busy = true;
+        let result = match &mut self.link {
+            Link::Sqlite(c) => sqlite(c, statement, params, want).await,
+            Link::Postgres(c) => postgres(c, statement, params, want).await,
+            Link::MySql(c) => mysql(c, statement, params, want).await,
+        };
         self.busy = false;
         result
     }
@@ -277,13 +313,13 @@ impl Conn {
     ) -> Result<Output, Failure> {
         match &mut self.link {
             Link::Sqlite(c) => sqlite(c, statement, params, want).await,
-            Link::Postgres(_) => self.postgres(statement, params, want).await,
+            Link::Postgres(_) => self.postgres_guarded(statement, params, want).await,
             Link::MySql(c) => mysql(c, statement, params, want).await,
         }
     }
 
     /// A PostgreSQL statement under the savepoint, rolled back to it if it fails.
-    async fn postgres(
+    async fn postgres_guarded(
         &mut self,
         statement: &str,
         params: Vec<Value>,
@@ -298,17 +334,7 @@ impl Conn {
             renewed.map_err(|e| classify(&e).lost())?;
         }
         self.savepoint_fresh = false;
-        let sql = if params.is_empty() {
-            statement.to_string()
-        } else {
-            format!(
-                "{statement}\n-- worker-host params {}",
-                value::signature(&params)
-            )
-        };
-        let args = value::pg_args(params).map_err(encode_failure)?;
-        let result =
-            run::<Postgres>(c, sql, args, want, value::pg_row, |r| r.rows_affected()).await;
+        let result = postgres(c, statement, params, want).await;
         if let Err(failure) = &result
             && !failure.lost
         {
@@ -344,6 +370,26 @@ where
 
 fn encode_failure(e: sqlx::error::BoxDynError) -> Failure {
     Failure::invalid(format!("cannot bind a parameter: {e}"))
+}
+
+/// A PostgreSQL statement, as it comes (no savepoint). Its text carries the parameters' types:
+/// sqlx caches one prepared statement per text, and a text bound with other types would fail.
+async fn postgres(
+    conn: &mut PoolConnection<Postgres>,
+    statement: &str,
+    params: Vec<Value>,
+    want: Want,
+) -> Result<Output, Failure> {
+    let sql = if params.is_empty() {
+        statement.to_string()
+    } else {
+        format!(
+            "{statement}\n-- worker-host params {}",
+            value::signature(&params)
+        )
+    };
+    let args = value::pg_args(params).map_err(encode_failure)?;
+    run::<Postgres>(conn, sql, args, want, value::pg_row, |r| r.rows_affected()).await
 }
 
 /// A SQLite statement. A script whose later statements need its earlier ones cannot be

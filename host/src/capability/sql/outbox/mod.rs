@@ -10,12 +10,12 @@
 use std::time::{Duration, Instant};
 
 use super::backend::{Conn, Output, Want};
-use super::error::{self, Failure};
-use super::{COMMIT_MIN, Database, First, Instance, Tx, commit, rollback};
-use crate::capability::Capability as _;
+use super::error::{self, Failure, classify};
+use super::{Database, First, commit, rollback};
 use crate::config::SqlKind;
-use crate::wit::worker::plugin::sql::{Rows, SqlError, Value};
+use crate::wit::worker::plugin::sql::{Rows, Value};
 
+mod record;
 mod schema;
 
 pub(in crate::capability::sql) use schema::Schema;
@@ -101,6 +101,39 @@ impl Database {
             .map_err(|e| OutboxError(e.to_string()))
     }
 
+    /// Runs `statement` by itself on a pooled connection, outside any transaction: one round
+    /// trip (no BEGIN, no COMMIT), within [`OPERATION_TIMEOUT`]; a statement cut off there
+    /// leaves its connection closed. A pooled connection the server closed since (restart,
+    /// idle limit) fails as down: the next one is tried, up to a pool's worth, so `statement`
+    /// must be one that may run twice (a read, an idempotent update).
+    async fn once(
+        &self,
+        statement: &str,
+        params: Vec<Value>,
+        want: Want,
+    ) -> Result<Output, OutboxError> {
+        let attempt = async {
+            let mut stale = 0;
+            loop {
+                let mut conn = self.pool.acquire().await.map_err(|e| classify(&e))?;
+                match conn.once(statement, params.clone(), want).await {
+                    Err(f) if f.lost && f.down && stale < self.max_connections => stale += 1,
+                    result => return result,
+                }
+            }
+        };
+        let result = match tokio::time::timeout(OPERATION_TIMEOUT, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(Failure::unavailable(
+                "the outbox's statement did not finish in time: the database did not answer or \
+                 the pool was busy",
+            )),
+        };
+        // Down for the outbox is down for `/readyz` too; an answer says it is up.
+        self.health(result.as_ref().err());
+        result.map_err(|f| OutboxError(self.describe(&f)))
+    }
+
     fn describe(&self, f: &Failure) -> String {
         format!(
             "[sql.{}] {}",
@@ -109,96 +142,40 @@ impl Database {
         )
     }
 
-    /// Writes `record` into the message's open transaction `conn`: its inbox row first, so a
-    /// second delivery of the same message waits for (or fails against) this one.
-    pub(super) async fn write_record(
-        &self,
-        conn: &mut Conn,
-        record: &Record,
-    ) -> Result<(), RecordError> {
-        let failed = |f: Failure| RecordError::Failed(self.describe(&f));
-        let inbox = format!(
-            "INSERT INTO worker_inbox (queue, message_id, handled_at) VALUES ({}, {}, {})",
-            self.p(1),
-            self.p(2),
-            self.p(3)
-        );
-        let params = vec![
-            Value::Text(record.queue.clone()),
-            Value::Text(record.message_id.clone()),
-            Value::Int(record.handled_at_ms),
-        ];
-        match conn.run(&inbox, params, Want::Affected).await {
-            Ok(_) => {}
-            Err(f) if matches!(f.error, SqlError::Constraint(_)) => {
-                return Err(RecordError::Duplicate);
-            }
-            Err(f) => return Err(failed(f)),
-        }
-        let insert = format!(
-            "INSERT INTO worker_outbox (queue, message_id, n, exchange, routing_key, properties, \
-             body) VALUES ({})",
-            (1..=7).map(|i| self.p(i)).collect::<Vec<_>>().join(", ")
-        );
-        for (i, m) in record.messages.iter().enumerate() {
-            let params = vec![
-                Value::Text(record.queue.clone()),
-                Value::Text(record.message_id.clone()),
-                Value::Int(i as i64 + 1),
-                Value::Text(m.exchange.clone()),
-                Value::Text(m.routing_key.clone()),
-                Value::Text(m.properties.clone()),
-                Value::Bytes(m.body.clone()),
-            ];
-            conn.run(&insert, params, Want::Affected)
-                .await
-                .map_err(failed)?;
-        }
-        Ok(())
-    }
-
     /// Whether `queue` has handled `message_id`; if so, what it published that the broker has
-    /// not confirmed.
+    /// not confirmed. One statement, so one round trip and one consistent read: the inbox row
+    /// joined with the unsent outbox rows (one row of NULLs when none is left).
     pub(crate) async fn handled(
         &self,
         queue: &str,
         message_id: &str,
     ) -> Result<Option<Vec<Unsent>>, OutboxError> {
         self.outbox_ready().await?;
-        let mut conn = self
-            .begun(Instant::now() + OPERATION_TIMEOUT, false)
-            .await?;
-        let key = || {
-            vec![
-                Value::Text(queue.to_string()),
-                Value::Text(message_id.to_string()),
-            ]
-        };
-        let seen = format!(
-            "SELECT 1 FROM worker_inbox WHERE queue = {} AND message_id = {}",
+        let select = format!(
+            "SELECT o.n, o.exchange, o.routing_key, o.properties, o.body FROM worker_inbox i \
+             LEFT JOIN worker_outbox o ON o.queue = i.queue AND o.message_id = i.message_id \
+             AND o.sent_at IS NULL WHERE i.queue = {} AND i.message_id = {} ORDER BY o.n",
             self.p(1),
             self.p(2)
         );
-        let found = !rows(run(&mut conn, &seen, key(), Want::Rows).await?).is_empty();
-        if !found {
-            rollback(conn).await;
-            return Ok(None);
+        let key = vec![
+            Value::Text(queue.to_string()),
+            Value::Text(message_id.to_string()),
+        ];
+        let rows = rows(self.once(&select, key, Want::Rows).await?);
+        match rows.first().and_then(|r| r.first()) {
+            None => Ok(None),
+            Some(Value::Null) => Ok(Some(Vec::new())),
+            Some(_) => rows
+                .iter()
+                .map(|r| unsent_of(r))
+                .collect::<Result<_, _>>()
+                .map(Some),
         }
-        let unsent = format!(
-            "SELECT n, exchange, routing_key, properties, body FROM worker_outbox \
-             WHERE queue = {} AND message_id = {} AND sent_at IS NULL ORDER BY n",
-            self.p(1),
-            self.p(2)
-        );
-        let rows = rows(run(&mut conn, &unsent, key(), Want::Rows).await?);
-        rollback(conn).await;
-        rows.into_iter()
-            .map(|r| unsent_of(&r))
-            .collect::<Result<_, _>>()
-            .map(Some)
     }
 
-    /// Marks messages `ns` of (`queue`, `message_id`) as confirmed by the broker.
+    /// Marks messages `ns` of (`queue`, `message_id`) as confirmed by the broker: one
+    /// statement, atomic by itself, outside any transaction.
     pub(crate) async fn mark_sent(
         &self,
         queue: &str,
@@ -225,9 +202,9 @@ impl Database {
             Value::Text(message_id.to_string()),
         ];
         params.extend(ns.iter().map(|n| Value::Int(i64::from(*n))));
-        let deadline = Instant::now() + OPERATION_TIMEOUT;
         if let Some(group) = &self.group {
             // SQLite: a sync of its own per message would cost what the group commit saves.
+            let deadline = Instant::now() + OPERATION_TIMEOUT;
             let mut member = group
                 .join(self, deadline)
                 .await
@@ -237,9 +214,7 @@ impl Database {
             marked?;
             return left.map_err(|e| OutboxError(e.to_string()));
         }
-        let mut conn = self.begun(deadline, true).await?;
-        run(&mut conn, &update, params, Want::Affected).await?;
-        self.commit_now(conn).await
+        self.once(&update, params, Want::Affected).await.map(drop)
     }
 
     /// Up to `limit` messages of `queue` left unsent by a handler that recorded them before
@@ -381,74 +356,4 @@ fn unsent_of(row: &[Value]) -> Result<Unsent, OutboxError> {
             body,
         },
     })
-}
-
-impl Instance {
-    /// Ends the message as [`Capability::finish`] does, first writing `record` (the message
-    /// handled, what it published) into its transaction on ok, so both commit or neither.
-    pub(crate) async fn finish_recorded(
-        &mut self,
-        ok: bool,
-        record: Option<&Record>,
-    ) -> Result<(), RecordError> {
-        let (true, Some(record), Some(db)) = (ok, record, self.database.clone()) else {
-            return self
-                .finish(ok)
-                .await
-                .map_err(|e| RecordError::Failed(e.to_string()));
-        };
-        let deadline = self.deadline.take().unwrap_or_else(Instant::now);
-        // The handler may have used its time: recording gets what a commit gets.
-        let deadline = deadline.max(Instant::now() + COMMIT_MIN);
-        self.database = None;
-        let failed = |why: String| RecordError::Failed(why);
-        let described = |f: Failure| failed(db.describe(&f));
-        let tx = match std::mem::take(&mut self.tx) {
-            // The consumer has made the tables before the call (it looked the message up).
-            Tx::Idle => db.transaction(deadline).await.map_err(described)?,
-            Tx::Lost(error) => {
-                return Err(failed(format!(
-                    "[sql.{}] {}",
-                    db.recorder.store(),
-                    error::message(&error)
-                )));
-            }
-            tx => tx,
-        };
-        match tx {
-            Tx::Member(mut member) => {
-                let written = record_by(&db, member.conn(), record, deadline).await;
-                let kept = written.is_ok();
-                let left = member.leave(kept).await;
-                written?;
-                left.map_err(|e| failed(e.to_string()))
-            }
-            Tx::Open(mut conn) => {
-                if let Err(e) = record_by(&db, &mut conn, record, deadline).await {
-                    rollback(conn).await;
-                    return Err(e);
-                }
-                commit(&db, conn, deadline)
-                    .await
-                    .map_err(|e| failed(e.to_string()))
-            }
-            Tx::Idle | Tx::Lost(_) => Err(failed("the transaction is not open".into())),
-        }
-    }
-}
-
-/// Writes `record` into the open transaction `conn`, by `deadline`.
-async fn record_by(
-    db: &Database,
-    conn: &mut Conn,
-    record: &Record,
-    deadline: Instant,
-) -> Result<(), RecordError> {
-    match tokio::time::timeout_at(deadline.into(), db.write_record(conn, record)).await {
-        Ok(written) => written,
-        Err(_) => Err(RecordError::Failed(format!(
-            "[sql.{}] recording the outbox timed out",
-            db.recorder.store()
-        ))),
-    }
 }

@@ -106,7 +106,38 @@ async fn scenario(ctx: &Ctx) {
     );
     assert_eq!(ctx.db.prune(&queue, later, 10).await, Ok(1));
     assert_eq!(ctx.db.handled(&queue, "m-1").await, Ok(None));
+    many(ctx, &queue, &insert).await;
     ctx.exec(&format!("DROP TABLE {t}")).await;
+}
+
+/// A message that published more than one INSERT holds: every message is recorded, in order,
+/// and marking some sent leaves the rest.
+async fn many(ctx: &Ctx, queue: &str, insert: &str) {
+    let messages: Vec<Outgoing> = (0..250).map(|i| outgoing(&format!("k{i}"))).collect();
+    let record = Record {
+        queue: queue.to_string(),
+        message_id: "m-many".into(),
+        handled_at_ms: now_ms(),
+        messages: messages.clone(),
+    };
+    let mut m = ctx.message(Duration::from_secs(10));
+    m.execute(insert.to_string(), vec![Value::Text("m-many".into())])
+        .await
+        .expect("insert");
+    assert_eq!(m.finish_recorded(true, Some(&record)).await, Ok(()));
+    let unsent = ctx.db.handled(queue, "m-many").await.expect("handled");
+    let unsent = unsent.expect("recorded");
+    assert_eq!(unsent.len(), 250);
+    assert!(unsent.iter().zip(1..).all(|(u, n)| u.n == n));
+    assert_eq!(unsent[249].message, messages[249]);
+    let ns: Vec<u32> = (1..=200).collect();
+    ctx.db
+        .mark_sent(queue, "m-many", &ns, now_ms())
+        .await
+        .expect("mark");
+    let left = ctx.db.handled(queue, "m-many").await.expect("handled");
+    let left: Vec<u32> = left.expect("recorded").iter().map(|u| u.n).collect();
+    assert_eq!(left, (201..=250).collect::<Vec<_>>());
 }
 
 #[tokio::test]
