@@ -253,6 +253,8 @@ async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> Option<f64> {
                 return None;
             }
         }
+        // Acks are batched: a kill now could leave the setup message to the measured host.
+        host.stop();
     }
     fill(&ch, &queue, n, case.body.as_bytes()).await;
     let host = start_host_with(bin, &plugin, std::slice::from_ref(&queue), &prefix, &extra);

@@ -17,6 +17,23 @@ pub(super) struct Host {
     pub(super) spawned: Instant,
 }
 
+impl Host {
+    /// Stops the host as a service manager would (SIGTERM), so what it handled is acked
+    /// before it exits; killed after 10 s.
+    pub(super) fn stop(mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Host {
     fn drop(&mut self) {
         let _ = self.child.kill();
