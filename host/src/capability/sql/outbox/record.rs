@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn chunks_bound_rows_and_bytes() {
         assert!(chunks(&[]).is_empty());
-        assert_eq!(chunks(&vec![message(10); 3]), [0..3]);
+        assert_eq!(chunks(&vec![message(10); 3]), [Range { start: 0, end: 3 }]);
         assert_eq!(
             chunks(&vec![message(10); 250]),
             [0..100, 100..200, 200..250]
