@@ -112,6 +112,11 @@ impl Group {
         let turn = timeout_at(deadline.into(), self.slot.clone().lock_owned()).await;
         self.queued.fetch_sub(1, Ordering::SeqCst);
         let Ok(mut guard) = turn else {
+            // The turn may have come just as this gave up: a group left open with nobody to
+            // end it would hold SQLite's write lock. Free now means nobody is in a turn.
+            if let Ok(mut idle) = self.slot.clone().try_lock_owned() {
+                let _ = commit(&mut idle, db.recorder.store()).await;
+            }
             return Err(Failure::timed_out(
                 "no turn on the database within the handler's time: other messages held it",
             ));

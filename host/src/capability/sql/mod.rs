@@ -23,6 +23,7 @@ mod backend;
 mod cancel;
 mod dry;
 mod error;
+mod execute;
 mod group;
 mod guard;
 pub(crate) mod outbox;
