@@ -23,6 +23,9 @@ trap 'rm -rf "$TMP"' EXIT
 # dpkg run (maintainer scripts, hooks) is theirs, not the scripts', and is left out.
 executed() {
   awk '
+    # A process is its pid and how many processes with that pid exited before it ("+++ exited"
+    # lines): pids wrap around (pid_max may be 32768) in a long run.
+    function key(pid) { return pid ":" (gen[pid] + 0) }
     function quoted(s, n,   i) {   # the n-th "..." string of s
       for (i = 1; i <= n; i++) {
         if (!match(s, /"[^"]*"/)) return ""
@@ -30,7 +33,8 @@ executed() {
         s = substr(s, RSTART + RLENGTH)
       }
     }
-    function exec_ok(pid, path, arg1,   s) {
+    function exec_ok(pid, path, arg1,   s, k) {
+      pid = key(pid)
       n++; epid[n] = pid; epath[n] = path
       s = ""
       if (path ~ /(\.sh|\/\.ci\/run)$/) s = path
@@ -48,7 +52,8 @@ executed() {
       if ($0 ~ /\) += 0$/ && ($1 in pend)) exec_ok($1, pend[$1], pend1[$1])
       delete pend[$1]; next
     }
-    / (<\.\.\. )?(clone3?|v?fork)[( ]/ && $0 ~ /= [0-9]+$/ { parent[$NF] = $1 }
+    / (<\.\.\. )?(clone3?|v?fork)[( ]/ && $0 ~ /= [0-9]+$/ { parent[key($NF)] = key($1) }
+    $2 == "+++" && ($3 == "exited" || $3 == "killed") { gen[$1]++ }
     END {
       for (i = 1; i <= n; i++) {
         p = epid[i]; found = ""; by_pm = 0
@@ -216,7 +221,8 @@ trace="${CHECK_PACKAGES_TRACE:-$TMP/trace}"
 # -D: the command runs as this script's child, so a daemon it starts does not keep us waiting.
 # --seccomp-bpf: only the traced calls stop the process, so the command runs at full speed.
 status=0
-strace -D -f --seccomp-bpf -qq -e signal=none -s 200 \
+# -q, not -qq: the "+++ exited" lines tell a process from a later one given the same pid.
+strace -D -f --seccomp-bpf -q -e signal=none -s 200 \
   -e trace=execve,execveat,clone,clone3,fork,vfork -o "$trace" -- "$@" || status=$?
 stop_tracer "$trace"
 check "$trace" || { [ "$status" -ne 0 ] || status=1; }
