@@ -51,12 +51,18 @@ fn start(
     })
 }
 
+/// A message that inserted `id` and so holds the turn, not finished yet.
+async fn holding(ctx: &Ctx, t: &str, id: i64) -> Instance {
+    let mut m = ctx.message(Duration::from_secs(10));
+    let insert = format!("INSERT INTO {t} (id) VALUES (?)");
+    assert_eq!(e(m.execute(insert, vec![Value::Int(id)]).await), Ok(1));
+    m
+}
+
 #[tokio::test]
 async fn messages_close_together_share_one_commit_and_a_failed_one_is_undone_alone() {
     let (ctx, t) = grouped(Duration::from_secs(30)).await;
-    let mut first = ctx.message(Duration::from_secs(10));
-    let insert = format!("INSERT INTO {t} (id) VALUES (?)");
-    assert_eq!(e(first.execute(insert, vec![Value::Int(1)]).await), Ok(1));
+    let mut first = holding(&ctx, &t, 1).await;
     let second = start(&ctx, &t, 2);
     until_queued(&ctx, 1).await;
     let third = start(&ctx, &t, 3);
@@ -89,9 +95,7 @@ async fn alone_a_message_commits_at_once() {
 #[tokio::test]
 async fn a_message_dropped_during_its_turn_fails_its_group_and_undoes_it() {
     let (ctx, t) = grouped(Duration::from_secs(30)).await;
-    let mut first = ctx.message(Duration::from_secs(10));
-    let insert = format!("INSERT INTO {t} (id) VALUES (?)");
-    assert_eq!(e(first.execute(insert, vec![Value::Int(1)]).await), Ok(1));
+    let mut first = holding(&ctx, &t, 1).await;
     let second = start(&ctx, &t, 2);
     until_queued(&ctx, 1).await;
     let first = tokio::spawn(async move { first.finish(true).await });
