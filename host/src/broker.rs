@@ -323,6 +323,11 @@ impl Publisher {
         &self.conn
     }
 
+    /// Whether the broker blocks publishing now.
+    pub(crate) fn is_blocked(&self) -> bool {
+        self.blocked.is_blocked()
+    }
+
     /// Returns once the broker does not block publishing (see [`Blocked::lifted`]).
     pub(crate) async fn unblocked(&self) {
         self.blocked.lifted().await;

@@ -1,14 +1,17 @@
 //! One subscription's consumer: prefetch-limited deliveries, `concurrency` handler calls in
 //! flight, and for each message a confirmed republish (retry, failed, plugin publishes) before
 //! the ack. Each delivery runs through the stages of `pipeline`; this module is the setup they
-//! share (`Subscriber`) and the loop that feeds them. Acks, confirms and handler calls of different messages overlap; acks go out in
-//! batches (see `acks`). While the broker blocks publishing, no call starts and nothing is
+//! share (`Subscriber`); `dispatch` is the loop that feeds them, running short calls in its own
+//! task (see `pace`). Acks, confirms and handler calls of different messages overlap; acks go
+//! out in batches (see `acks`). While the broker blocks publishing, no call starts and nothing is
 //! published (the link's publisher holds back). A channel error stays the size of a channel: the consumer ends and is
 //! started again on a fresh channel, and a handler result whose channel died is dropped.
 
 mod acks;
 mod delivery;
+mod dispatch;
 mod invoke;
+mod pace;
 mod pause;
 mod pipeline;
 mod precheck;
@@ -20,18 +23,16 @@ use std::sync::Arc;
 
 use self::acks::Acks;
 use self::delivery::ChannelDeath;
+use self::dispatch::Run;
+use self::pace::Pace;
 use self::pause::{Breaker, Turn};
 use self::settle::Settler;
 use self::strikes::Strikes;
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
-use futures_util::StreamExt;
 use lapin::Connection;
-use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use tokio::sync::Semaphore;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
@@ -74,6 +75,8 @@ pub(crate) struct Subscriber {
     outbox: Option<Outbox>,
     /// Counts answers that are not ok in a row (`pause_after`).
     breaker: Breaker,
+    /// How long calls take: whether they run in the consumer's task.
+    pace: Pace,
 }
 
 impl Subscriber {
@@ -120,6 +123,7 @@ impl Subscriber {
             strikes: Strikes::default(),
             outbox,
             breaker: Breaker::new(pause),
+            pace: Pace::default(),
         }
     }
 
@@ -178,42 +182,41 @@ impl Subscriber {
         probing: bool,
     ) -> anyhow::Result<()> {
         let link = link.clone();
-        let (channel, deliveries) = self.open(&link, probing).await?;
+        let (channel, mut deliveries) = self.open(&link, probing).await?;
         let tag = deliveries.tag();
         let queue = self.sub.queue.as_str();
         debug!(queue, consumer_tag = %tag, "consuming");
 
         let (acks, ack_task) = Acks::start(channel.clone(), self.hold_limit());
-        let death = Arc::new(ChannelDeath::default());
-        // The reader always polls the deliveries, so the death of the channel is heard at once
-        // even while every handler slot is busy; calls in flight then stop (see `settle`).
-        let (mut inbox, reader) = read(deliveries, death.clone());
-        let run = Run {
+        let mut run = Run {
             settler: Arc::new(Settler {
                 link,
                 channel: Arc::new(channel),
                 acks,
-                death,
+                death: Arc::new(ChannelDeath::default()),
             }),
             tasks: TaskTracker::new(),
+            here: Default::default(),
         };
         let sweeping = cancel.child_token();
         run.tasks.spawn(
             self.clone()
                 .sweep(run.settler.link.clone(), sweeping.clone()),
         );
-        let result = self.dispatch(&run, &mut inbox, &cancel, probing).await;
+        let result = self
+            .dispatch(&mut run, &mut deliveries, &cancel, probing)
+            .await;
         sweeping.cancel();
         // Stop new deliveries; what was prefetched but not started goes back when the channel
-        // closes. In-flight calls finish (bounded by their timeout) and settle.
+        // closes. Calls in flight finish (bounded by their timeout) and settle meanwhile.
         if result.is_ok() {
-            let _ = run
+            let cancelling = run
                 .settler
                 .channel
-                .basic_cancel(tag.clone(), BasicCancelOptions::default())
-                .await;
+                .basic_cancel(tag.clone(), BasicCancelOptions::default());
+            let _ = tokio::join!(cancelling, run.here.finish());
         }
-        reader.abort();
+        drop(deliveries);
         run.drain(ack_task).await;
         result
     }
@@ -265,120 +268,5 @@ impl Subscriber {
             0 => 64,
             p => usize::from(p / 2),
         }
-    }
-
-    /// The dispatch loop: one call spawned per delivery, never more than `concurrency` at once.
-    /// Ok when `cancel` fires; Err when the deliveries end, saying why.
-    async fn dispatch(
-        self: &Arc<Self>,
-        run: &Run,
-        inbox: &mut mpsc::UnboundedReceiver<Delivery>,
-        cancel: &CancellationToken,
-        probing: bool,
-    ) -> anyhow::Result<()> {
-        let concurrency = if probing { 1 } else { self.sub.concurrency };
-        let calls = Arc::new(Semaphore::new(concurrency as usize));
-        loop {
-            // Take a handler slot first, so a delivery is only taken when it can run.
-            let permit = tokio::select! {
-                _ = cancel.cancelled() => return Ok(()),
-                permit = calls.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => return Ok(()), // The semaphore is never closed.
-                },
-            };
-            let delivery = tokio::select! {
-                _ = cancel.cancelled() => return Ok(()),
-                next = inbox.recv() => next,
-            };
-            let Some(delivery) = delivery else {
-                let s = &run.settler;
-                return Err(self.reader_ended(&s.death, &s.channel, &s.link).await);
-            };
-            // While the broker blocks publishing no call starts: its effects could not go out,
-            // and after a shutdown meanwhile its redelivery would run it again. A delivery
-            // dropped here goes back to the queue when the channel closes.
-            tokio::select! {
-                _ = cancel.cancelled() => return Ok(()),
-                _ = run.settler.link.publisher.unblocked() => {}
-            }
-            run.settler.acks.received(delivery.delivery_tag);
-            let this = self.clone();
-            let settler = run.settler.clone();
-            run.tasks.spawn(async move {
-                // Boxed: the call's future is ~6 KiB, and spawning moves the task's future
-                // several times, a memcpy each (with 22 KiB, a quarter of the host's CPU).
-                Box::pin(this.handle(delivery, &settler, permit)).await;
-            });
-        }
-    }
-}
-
-/// What one run of a consumer shares between its dispatch loop, its calls and its drain.
-struct Run {
-    settler: Arc<Settler>,
-    tasks: TaskTracker,
-}
-
-impl Run {
-    /// Waits for every call in flight to settle, then sends the last acks and closes the
-    /// channel, so no settled message is left unacked by the close.
-    async fn drain(self, ack_task: tokio::task::JoinHandle<()>) {
-        self.tasks.close();
-        self.tasks.wait().await;
-        // Every handler has settled: the last acks go out before the channel closes.
-        self.settler.acks.close();
-        let _ = ack_task.await;
-        let _ = self.settler.channel.close(200, "bye".into()).await;
-    }
-}
-
-/// Moves deliveries from lapin's consumer into a channel the dispatch loop takes them from
-/// (lapin buffers at most the prefetch window anyway); records the error that ends them.
-fn read(
-    mut deliveries: lapin::Consumer,
-    death: Arc<ChannelDeath>,
-) -> (
-    mpsc::UnboundedReceiver<Delivery>,
-    tokio::task::JoinHandle<()>,
-) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let reader = tokio::spawn(async move {
-        while let Some(next) = deliveries.next().await {
-            match next {
-                Ok(delivery) => {
-                    if tx.send(delivery).is_err() {
-                        return;
-                    }
-                }
-                Err(err) => {
-                    death.record(&err);
-                    return;
-                }
-            }
-        }
-    });
-    (rx, reader)
-}
-
-impl Subscriber {
-    /// Why the deliveries ended: the channel died, or the broker cancelled the consumer (its
-    /// queue was deleted: declared again before the consumer restarts).
-    async fn reader_ended(
-        &self,
-        death: &ChannelDeath,
-        channel: &lapin::Channel,
-        link: &Link,
-    ) -> anyhow::Error {
-        let queue = self.sub.queue.as_str();
-        if let Some(text) = death.text() {
-            return anyhow::anyhow!("consuming {queue}: {text}");
-        }
-        if channel.status().connected() {
-            let why = format!("the broker cancelled the consumer of \"{queue}\"");
-            let _ = link.keeper.repair(&why).await;
-            return anyhow::anyhow!("{why}");
-        }
-        anyhow::anyhow!("the channel of {queue} closed")
     }
 }

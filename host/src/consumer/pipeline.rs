@@ -91,6 +91,9 @@ impl Subscriber {
             },
         };
         drop(permit);
+        if let Some(elapsed) = verdict.elapsed {
+            self.paced(elapsed);
+        }
         // A call whose channel died publishes nothing and acks nothing: the broker redelivers
         // the message, and that copy is the only one that goes on.
         if !settler.connected() {
