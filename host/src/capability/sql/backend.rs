@@ -169,13 +169,6 @@ impl Conn {
         self.control(format!("SAVEPOINT {name}")).await.map(drop)
     }
 
-    /// Keeps what was done since savepoint `name`, in the transaction.
-    pub(super) async fn release(&mut self, name: &str) -> Result<(), sqlx::Error> {
-        self.control(format!("RELEASE SAVEPOINT {name}"))
-            .await
-            .map(drop)
-    }
-
     /// Undoes what was done since savepoint `name`, and ends it.
     pub(super) async fn rollback_to(&mut self, name: &str) -> Result<(), sqlx::Error> {
         let statement = format!("ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}");
