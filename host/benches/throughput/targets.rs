@@ -63,7 +63,7 @@ pub(super) fn print(m: &Measured) {
             "1'",
             "consumer CPU per message: (a+) / (b)",
             m.a_plus_cpu_us / m.b_cpu_us,
-            AtLeast(1.0),
+            AtLeast(1.2),
             "",
         ),
         (
@@ -77,7 +77,7 @@ pub(super) fn print(m: &Measured) {
             "1'",
             "consumer CPU per message: (a+) / (B)",
             m.a_plus_cpu_us / m.b_reuse_cpu_us,
-            AtLeast(1.0),
+            AtLeast(1.2),
             "",
         ),
         (
@@ -112,7 +112,7 @@ pub(super) fn print(m: &Measured) {
             "2",
             "(r) Rust serde_json, reuse / (a)",
             m.rust_reuse / m.a,
-            AtLeast(0.9),
+            AtLeast(1.2),
             "",
         ),
         (
