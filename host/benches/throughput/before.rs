@@ -29,7 +29,7 @@ pub(super) enum Side {
 impl Side {
     /// The two sides in the order run `run` measures them.
     pub(super) fn order(run: usize) -> [Side; 2] {
-        if run % 2 == 0 {
+        if run.is_multiple_of(2) {
             [Side::Before, Side::After]
         } else {
             [Side::After, Side::Before]

@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Subscriber;
-use super::settle::Settler;
 use super::pace;
+use super::settle::Settler;
 
 /// Most deliveries taken from lapin in one go before the calls run.
 const TAKE_AT_ONCE: usize = 256;

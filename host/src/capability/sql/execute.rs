@@ -81,7 +81,11 @@ async fn sqlite_parameters(conn: &mut PoolConnection<Sqlite>, statement: &str) -
     /// Texts remembered; past this the memory is emptied and starts again.
     const REMEMBERED: usize = 1024;
     static COUNTS: LazyLock<Mutex<HashMap<Box<str>, usize>>> = LazyLock::new(Mutex::default);
-    let counts = || COUNTS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let counts = || {
+        COUNTS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    };
     if let Some(&n) = counts().get(statement) {
         return Some(n);
     }
