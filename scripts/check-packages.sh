@@ -20,7 +20,9 @@ trap 'rm -rf "$TMP"' EXIT
 
 # Prints `path<TAB>script` for each program a trace shows executed: the path as executed and the
 # nearest scripts/*.sh (or .ci/run) among the process and its ancestors, "-" if none. What apt and
-# dpkg run (maintainer scripts, hooks) is theirs, not the scripts', and is left out.
+# dpkg run (maintainer scripts, hooks) is theirs, not the scripts', and is left out; so is what
+# apt-key runs (gpgconf, gpg-connect-agent), since apt's signature checks call it, and inside a
+# container (systemd-nspawn) the chain back to apt-get is in another pid namespace.
 executed() {
   awk '
     # A process is its pid and how many processes with that pid exited before it ("+++ exited"
@@ -40,7 +42,7 @@ executed() {
       if (path ~ /(\.sh|\/\.ci\/run)$/) s = path
       else if (path ~ /\/(ba|da)?sh$/ && arg1 ~ /(\.sh|\.ci\/run)$/) s = arg1
       if (s != "") { k = ++ns[pid]; sname[pid, k] = s; sseq[pid, k] = n }
-      if (path ~ /\/(apt-get|apt|dpkg)$/ && !(pid in pm)) pm[pid] = n
+      if (path ~ /\/(apt-get|apt|dpkg|apt-key)$/ && !(pid in pm)) pm[pid] = n
     }
     / (execve|execveat)\(/ {
       path = quoted($0, 1); arg1 = quoted($0, 3)
