@@ -30,6 +30,7 @@ use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite};
 use super::error::{Failure, classify};
 pub(super) use super::execute::{Output, Want};
 use super::execute::{mysql, postgres, sqlite};
+use super::inline::Handle;
 use super::sqlite::Watch;
 use crate::wit::worker::plugin::sql::Value;
 
@@ -54,11 +55,12 @@ impl Pool {
 
     /// A connection of the pool (opened if none is idle).
     pub(super) async fn acquire(&self) -> Result<Conn, sqlx::Error> {
-        let mut watch = None;
+        let (mut watch, mut handle) = (None, None);
         let link = match self {
             Pool::Sqlite(p) => {
                 let mut c = p.acquire().await?;
-                watch = Some(Watch::of(&mut c).await?);
+                let (w, h) = Watch::of(&mut c).await?;
+                (watch, handle) = (Some(w), Some(h));
                 Link::Sqlite(c)
             }
             Pool::Postgres(p) => Link::Postgres(p.acquire().await?),
@@ -70,6 +72,8 @@ impl Pool {
             busy: false,
             savepoint_fresh: false,
             watch,
+            handle,
+            inline: false,
             server_id: None,
         })
     }
@@ -93,6 +97,11 @@ pub(super) struct Conn {
     savepoint_fresh: bool,
     /// SQLite: whose statements run, read by the authorizer and the progress handler.
     watch: Option<Arc<Watch>>,
+    /// SQLite: the connection's handle, for statements on the caller's thread.
+    handle: Option<Handle>,
+    /// SQLite: the connection holds the write lock, so its statements run on the caller's
+    /// thread (`inline.rs`).
+    inline: bool,
     /// The server's id of this session (PostgreSQL's backend pid, MySQL's connection id), read
     /// at BEGIN, to cancel a statement the host gave up on.
     server_id: Option<u64>,
@@ -131,6 +140,7 @@ impl Conn {
             self.server_id = u64::try_from(id).ok();
         }
         self.savepoint_fresh = true;
+        self.inline = write && self.handle.is_some();
         Ok(())
     }
 
@@ -153,26 +163,59 @@ impl Conn {
     }
 
     pub(super) async fn commit(&mut self) -> Result<(), sqlx::Error> {
+        self.inline = false;
         self.control("COMMIT".into()).await?;
         self.clean = true;
         Ok(())
     }
 
     pub(super) async fn rollback(&mut self) -> Result<(), sqlx::Error> {
+        self.inline = false;
         self.control("ROLLBACK".into()).await?;
         self.clean = true;
         Ok(())
     }
 
     /// Opens savepoint `name` in the transaction (group commit: one per message).
-    pub(super) async fn savepoint(&mut self, name: &str) -> Result<(), sqlx::Error> {
-        self.control(format!("SAVEPOINT {name}")).await.map(drop)
+    pub(super) async fn savepoint(&mut self, name: &str) -> Result<(), Failure> {
+        self.in_transaction_control(format!("SAVEPOINT {name}"))
+            .await
     }
 
     /// Undoes what was done since savepoint `name`, and ends it.
-    pub(super) async fn rollback_to(&mut self, name: &str) -> Result<(), sqlx::Error> {
+    pub(super) async fn rollback_to(&mut self, name: &str) -> Result<(), Failure> {
         let statement = format!("ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}");
-        self.control(statement).await.map(drop)
+        self.in_transaction_control(statement).await
+    }
+
+    /// A transaction-control statement of the host's inside the transaction, on the caller's
+    /// thread where the connection allows.
+    async fn in_transaction_control(&mut self, statement: String) -> Result<(), Failure> {
+        if let Some(handle) = self.inline_handle() {
+            let _host = self.watch.as_ref().map(Watch::host);
+            return handle.control(&statement);
+        }
+        self.control(statement)
+            .await
+            .map(drop)
+            .map_err(|e| classify(&e))
+    }
+
+    /// The handle to run statements on the caller's thread with: SQLite holding the write
+    /// lock, and no sqlx operation cut off on the connection.
+    fn inline_handle(&self) -> Option<&Handle> {
+        self.handle.as_ref().filter(|_| self.inline && !self.busy)
+    }
+
+    /// Runs `statement` on the caller's thread if the connection allows and the text is one
+    /// that path takes (`inline.rs`).
+    fn try_inline(
+        &self,
+        statement: &str,
+        params: &[Value],
+        want: Want,
+    ) -> Option<Result<Output, Failure>> {
+        self.inline_handle()?.run(statement, params, want)
     }
 
     /// A transaction-control statement of the host's (text protocol: PostgreSQL and MySQL take
@@ -203,6 +246,9 @@ impl Conn {
         want: Want,
     ) -> Result<Output, Failure> {
         let _host = self.watch.as_ref().map(Watch::host);
+        if let Some(done) = self.try_inline(statement, &params, want) {
+            return done;
+        }
         self.busy = true;
         let result = match &mut self.link {
             Link::Sqlite(c) => sqlite(c, statement, params, want).await,
@@ -251,9 +297,15 @@ impl Conn {
         if let Some(watch) = &self.watch {
             watch.guest(deadline);
         }
-        self.busy = true;
-        let mut result = self.dispatch(statement, params, want).await;
-        self.busy = false;
+        let mut result = match self.try_inline(statement, &params, want) {
+            Some(done) => done,
+            None => {
+                self.busy = true;
+                let result = self.dispatch(statement, params, want).await;
+                self.busy = false;
+                result
+            }
+        };
         if let (Err(failure), Some(watch)) = (&mut result, &self.watch)
             && let Some(why) = watch.take_refusal()
         {
@@ -261,7 +313,7 @@ impl Conn {
         }
         if let Err(failure) = &mut result
             && !failure.lost
-            && !self.in_transaction().await
+            && !self.in_transaction()
         {
             // SQLite ended the transaction itself: what follows would commit statement by
             // statement.
@@ -272,10 +324,11 @@ impl Conn {
 
     /// Whether the transaction is still open: always on the servers (they report a lost one
     /// by their errors); on SQLite as the connection says (false if it cannot say).
-    pub(super) async fn in_transaction(&mut self) -> bool {
-        match &mut self.link {
-            Link::Sqlite(c) => super::sqlite::in_transaction(c).await.unwrap_or(false),
-            Link::Postgres(_) | Link::MySql(_) => true,
+    pub(super) fn in_transaction(&self) -> bool {
+        match (&self.link, &self.handle) {
+            (Link::Sqlite(_), Some(handle)) => handle.in_transaction(),
+            (Link::Sqlite(_), None) => false,
+            (Link::Postgres(_) | Link::MySql(_), _) => true,
         }
     }
 

@@ -201,7 +201,7 @@ fn mysql(e: &MySqlDatabaseError, kind: sqlx::error::ErrorKind) -> Failure {
 }
 
 /// SQLite, by primary result code (the low byte of the extended one).
-fn sqlite(code: i64, message: &str) -> Failure {
+pub(super) fn sqlite(code: i64, message: &str) -> Failure {
     let text = message.to_string();
     match code & 0xff {
         // CONSTRAINT, MISMATCH (a value of the wrong type for the column).

@@ -143,8 +143,9 @@ impl Group {
         };
         let begun = member.conn().savepoint(SAVEPOINT).await;
         if let Err(e) = begun {
-            member.fail_group(&format!("cannot open a savepoint: {e}"));
-            return Err(classify(&e).lost());
+            let why = super::error::message(&e.error);
+            member.fail_group(&format!("cannot open a savepoint: {why}"));
+            return Err(e.lost());
         }
         Ok(member)
     }
@@ -183,7 +184,7 @@ impl Member {
             open.conn.rollback_to(SAVEPOINT).await
         };
         if let Err(e) = ended {
-            let why = format!("savepoint: {}", super::error::message(&classify(&e).error));
+            let why = format!("savepoint: {}", super::error::message(&e.error));
             fail(&mut guard, &self.store, &why);
             return Err(self.lost(&why));
         }

@@ -26,6 +26,7 @@ mod error;
 mod execute;
 mod group;
 mod guard;
+mod inline;
 pub(crate) mod outbox;
 mod sqlite;
 mod statement;

@@ -29,6 +29,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
 use tokio::time::timeout;
 
 use super::guard::{HOST_TABLES, Refused};
+use super::inline::Handle;
 use crate::config::SqlDatabaseConfig;
 
 /// How long SQLite waits for another connection's write lock.
@@ -53,7 +54,10 @@ pub(super) async fn open(
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .busy_timeout(BUSY_TIMEOUT)
-        .foreign_keys(true);
+        .foreign_keys(true)
+        // The host runs some statements on the caller's thread (`inline.rs`): in serialized
+        // mode SQLite takes its own lock around every call, whichever thread makes it.
+        .serialized(true);
     let in_memory = url.contains(":memory:") || url.contains("mode=memory");
     let options = if in_memory {
         // The database lives as long as a connection does: keep one.
@@ -107,11 +111,15 @@ impl Watch {
         }
     }
 
-    /// The connection's watch. A connection without one (cannot happen: every connection of
-    /// the pool is set up by [`install`]) is an error, never an unwatched plugin.
-    pub(super) async fn of(conn: &mut SqliteConnection) -> Result<Arc<Watch>, sqlx::Error> {
-        let mut handle = conn.lock_handle().await?;
-        let db = handle.as_raw_handle().as_ptr();
+    /// The connection's watch, and its handle for statements on the caller's thread. A
+    /// connection without a watch (cannot happen: every connection of the pool is set up by
+    /// [`install`]) is an error, never an unwatched plugin.
+    pub(super) async fn of(
+        conn: &mut SqliteConnection,
+    ) -> Result<(Arc<Watch>, Handle), sqlx::Error> {
+        let mut locked = conn.lock_handle().await?;
+        let raw = locked.as_raw_handle();
+        let db = raw.as_ptr();
         // SAFETY: `db` is open and locked for us; the client data under WATCH_KEY is only ever
         // set by `install`, to a pointer from `Arc::into_raw`, which SQLite keeps alive until
         // the connection closes: taking a new strong reference from it is sound.
@@ -123,10 +131,14 @@ impl Watch {
         }
         let watch = data as *const Watch;
         // SAFETY: as above.
-        Ok(unsafe {
+        let watch = unsafe {
             Arc::increment_strong_count(watch);
             Arc::from_raw(watch)
-        })
+        };
+        // SAFETY: `open` opens every connection in serialized mode; the caller keeps the
+        // handle beside the connection, so it lives no longer.
+        let handle = unsafe { Handle::new(raw) };
+        Ok((watch, handle))
     }
 
     /// A plugin's statements run from now on, until `deadline`.
@@ -170,16 +182,6 @@ impl Drop for HostTurn {
     fn drop(&mut self) {
         self.0.host.store(false, Ordering::SeqCst);
     }
-}
-
-/// Whether the connection is inside a transaction. SQLite rolls a whole transaction back by
-/// itself on some errors (a full disk, an interrupt), after which statements would commit one by
-/// one: the host checks this wherever that would break a message's all-or-nothing.
-pub(super) async fn in_transaction(conn: &mut SqliteConnection) -> Result<bool, sqlx::Error> {
-    let mut handle = conn.lock_handle().await?;
-    let db = handle.as_raw_handle().as_ptr();
-    // SAFETY: `db` is open and locked for us; the call only reads the connection's state.
-    Ok(unsafe { ffi::sqlite3_get_autocommit(db) } == 0)
 }
 
 /// Sets up a new connection: its watch, the authorizer and the progress handler.

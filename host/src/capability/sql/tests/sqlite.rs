@@ -215,3 +215,33 @@ async fn extensions_cannot_be_loaded() {
     assert!(why.contains("load_extension() reaches past"), "{why}");
     assert_eq!(m.finish(false).await, Ok(()));
 }
+
+/// Statements in a message run on the caller's thread (`inline.rs`), where parameters bind as
+/// sqlx binds them; a named one is refused and the message goes on.
+#[tokio::test]
+async fn parameters_bind_by_position_and_number() {
+    let ctx = sqlite().await;
+    let mut m = ctx.message(Duration::from_secs(5));
+    let (a, b) = (text("a"), text("b"));
+    let rows = m.query("SELECT ?2, ?1".into(), vec![a.clone(), b.clone()]);
+    assert_values(&rows.await.expect("?NNN").rows[0], &[b.clone(), a.clone()]);
+    let rows = m.query("SELECT $2, $1".into(), vec![a.clone(), b.clone()]);
+    assert_values(&rows.await.expect("$NNN").rows[0], &[b.clone(), a.clone()]);
+    let rows = m.query("SELECT ?, ?".into(), vec![a.clone(), b.clone()]);
+    assert_values(&rows.await.expect("positional").rows[0], &[a.clone(), b]);
+    let why = super::assert_kind(
+        m.query("SELECT ?2".into(), vec![a.clone()]).await,
+        "invalid",
+    );
+    assert!(why.contains("takes 2 parameters, 1 given"), "{why}");
+    let named = m.query("SELECT :x".into(), vec![a]).await;
+    let why = super::assert_kind(named, "invalid");
+    assert!(why.contains("parameter :x"), "{why}");
+    let none = m.query("SELECT 1 AS one WHERE 0".into(), vec![]).await;
+    let none = none.expect("no rows");
+    assert_eq!(
+        (none.columns, none.rows.len()),
+        (vec!["one".to_string()], 0)
+    );
+    assert_eq!(m.finish(true).await, Ok(()));
+}
