@@ -31,7 +31,7 @@ use super::error::{Failure, classify};
 pub(super) use super::execute::{Output, Want};
 use super::execute::{mysql, postgres, sqlite};
 use super::inline::Handle;
-use super::sqlite::{BUSY_TIMEOUT, Watch};
+use super::sqlite::Watch;
 use crate::wit::worker::plugin::sql::Value;
 
 /// The savepoint each PostgreSQL statement runs under.
@@ -142,23 +142,6 @@ impl Conn {
         self.savepoint_fresh = true;
         self.inline = write && self.handle.is_some();
         Ok(())
-    }
-
-    /// SQLite: begins a write transaction on the caller's thread if the write lock is free at
-    /// once; false if it is not (or this is no SQLite connection outside a transaction), and
-    /// [`Conn::begin`] waits for it.
-    pub(super) fn begin_now(&mut self) -> Result<bool, Failure> {
-        let Some(handle) = self.handle.as_ref().filter(|_| self.clean && !self.busy) else {
-            return Ok(false);
-        };
-        let _host = self.watch.as_ref().map(Watch::host);
-        let begun = handle.begin_write_now(BUSY_TIMEOUT)?;
-        if begun {
-            self.clean = false;
-            self.inline = true;
-            self.savepoint_fresh = true;
-        }
-        Ok(begun)
     }
 
     /// The server's id of this session, once a transaction began.

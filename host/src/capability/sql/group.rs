@@ -13,11 +13,6 @@
 //! to commit it (the one queued may have given up).
 //! So under no load nothing waits, and under load one sync serves many messages.
 //!
-//! The statements of a turn run on the caller's thread (`inline.rs`). A group that commits
-//! while messages are queued keeps its connection for the next group, which then begins on the
-//! caller's thread too when the write lock is free at once; under no load the connection goes
-//! back to the pool.
-//!
 //! A statement error after which SQLite has ended the transaction by itself loses the message
 //! (`Conn::run_guest` checks), so the next one never runs outside the group's transaction; a
 //! savepoint that cannot be released or rolled back to fails the group.
@@ -68,12 +63,6 @@ struct Slot {
     epoch: u64,
     /// Commits made (tests).
     commits: u64,
-    /// Groups begun on the last one's connection (tests).
-    reused: u64,
-    /// The last group's connection, kept for the next group when messages were queued at its
-    /// commit: the next BEGIN then runs on the caller's thread, with no connection taken from
-    /// the pool and no lock of its handle. Given back to the pool when nobody was queued.
-    next: Option<Conn>,
 }
 
 /// The open transaction and the messages waiting for its commit.
@@ -117,12 +106,6 @@ impl Group {
         self.slot.lock().await.commits
     }
 
-    /// Groups begun on the last one's connection so far (tests).
-    #[cfg(test)]
-    pub(super) async fn reused(&self) -> u64 {
-        self.slot.lock().await.reused
-    }
-
     /// Waits for a turn (until `deadline`) and opens the message's savepoint, beginning a
     /// group transaction if none is open.
     pub(super) async fn join(&self, db: &Database, deadline: Instant) -> Result<Member, Failure> {
@@ -133,7 +116,7 @@ impl Group {
             // The turn may have come just as this gave up: a group left open with nobody to
             // end it would hold SQLite's write lock. Free now means nobody is in a turn.
             if let Ok(mut idle) = self.slot.clone().try_lock_owned() {
-                let _ = commit(&mut idle, db.recorder.store(), false).await;
+                let _ = commit(&mut idle, db.recorder.store()).await;
             }
             return Err(Failure::timed_out(
                 "no turn on the database within the handler's time: other messages held it",
@@ -141,13 +124,7 @@ impl Group {
         };
         let store = db.recorder.store().to_string();
         if guard.open.is_none() {
-            let conn = match guard.next.take() {
-                Some(conn) => {
-                    guard.reused += 1;
-                    begin(db, conn, deadline).await?
-                }
-                None => db.connected(deadline, First::Begin).await?,
-            };
+            let conn = db.connected(deadline, First::Begin).await?;
             let (outcome, _) = watch::channel(None);
             guard.epoch += 1;
             guard.open = Some(Open {
@@ -217,9 +194,8 @@ impl Member {
             open.since.get_or_insert_with(Instant::now);
         }
         let old = open.since.is_some_and(|t| t.elapsed() >= self.max_age);
-        let queued = self.queued.load(Ordering::SeqCst);
-        if queued == 0 || open.kept >= MAX_MESSAGES || old {
-            let committed = commit(&mut guard, &self.store, queued > 0).await;
+        if self.queued.load(Ordering::SeqCst) == 0 || open.kept >= MAX_MESSAGES || old {
+            let committed = commit(&mut guard, &self.store).await;
             return if ok { committed } else { Ok(()) };
         }
         drop(guard);
@@ -246,7 +222,7 @@ impl Member {
                 Err(_) => {
                     let mut guard = self.slot.clone().lock_owned().await;
                     if guard.epoch == epoch && guard.open.is_some() {
-                        return commit(&mut guard, &self.store, false).await;
+                        return commit(&mut guard, &self.store).await;
                     }
                 }
             }
@@ -278,27 +254,8 @@ impl Drop for Member {
     }
 }
 
-/// Begins the next group on the last group's connection: on the caller's thread if the write
-/// lock is free, else waiting for it on sqlx's thread; a connection that fails to begin is
-/// closed and one from the pool begins instead.
-async fn begin(db: &Database, mut conn: Conn, deadline: Instant) -> Result<Conn, Failure> {
-    match conn.begin_now() {
-        Ok(true) => return Ok(conn),
-        Ok(false) => {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if let Ok(Ok(())) = timeout_at(deadline.into(), conn.begin(remaining, true)).await {
-                return Ok(conn);
-            }
-        }
-        Err(_) => {}
-    }
-    drop(conn);
-    db.connected(deadline, First::Begin).await
-}
-
-/// Commits the open group and tells its members; the group is closed either way. Its
-/// connection is kept for the next group if `keep` (messages are queued for one).
-async fn commit(guard: &mut Slot, store: &str, keep: bool) -> Result<(), CommitError> {
+/// Commits the open group and tells its members; the group is closed either way.
+async fn commit(guard: &mut Slot, store: &str) -> Result<(), CommitError> {
     let Some(mut open) = guard.open.take() else {
         return Ok(());
     };
@@ -315,9 +272,6 @@ async fn commit(guard: &mut Slot, store: &str, keep: bool) -> Result<(), CommitE
         }),
     };
     open.outcome.send_replace(Some(result.clone()));
-    if keep && result.is_ok() {
-        guard.next = Some(open.conn);
-    }
     result
 }
 

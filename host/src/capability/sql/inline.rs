@@ -17,7 +17,6 @@
 
 use std::ffi::{CStr, CString, c_int};
 use std::ptr::{self, NonNull};
-use std::time::Duration;
 
 use libsqlite3_sys as ffi;
 
@@ -47,31 +46,6 @@ impl Handle {
 
     fn db(&self) -> *mut ffi::sqlite3 {
         self.0.as_ptr()
-    }
-
-    /// Makes a statement that would wait for another connection's lock fail at once instead.
-    pub(super) fn never_wait(&self) {
-        // SAFETY: open (see `new`); 0 removes the busy handler.
-        unsafe { ffi::sqlite3_busy_timeout(self.db(), 0) };
-    }
-
-    /// Begins a write transaction (`BEGIN IMMEDIATE`) if the write lock is free at once:
-    /// false if another connection holds it, to be waited for elsewhere (`busy` is the wait
-    /// the connection has otherwise).
-    pub(super) fn begin_write_now(&self, busy: Duration) -> Result<bool, Failure> {
-        let ms = c_int::try_from(busy.as_millis()).unwrap_or(c_int::MAX);
-        // SAFETY: open (see `new`); the busy handler is set back before anything else runs.
-        unsafe { ffi::sqlite3_busy_timeout(self.db(), 0) };
-        let begun = self.control("BEGIN IMMEDIATE");
-        // SAFETY: as above; the code is read before the busy handler is set back.
-        let code = unsafe { ffi::sqlite3_extended_errcode(self.db()) };
-        // SAFETY: as above.
-        unsafe { ffi::sqlite3_busy_timeout(self.db(), ms) };
-        match begun {
-            Ok(()) => Ok(true),
-            Err(_) if code & 0xff == ffi::SQLITE_BUSY => Ok(false),
-            Err(failure) => Err(failure),
-        }
     }
 
     /// Whether the connection is inside a transaction. SQLite rolls a whole transaction back

@@ -33,7 +33,7 @@ use super::inline::Handle;
 use crate::config::SqlDatabaseConfig;
 
 /// How long SQLite waits for another connection's write lock.
-pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long opening a SQLite file at start-up may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Virtual-machine steps between two looks at the deadline: microseconds of work.
@@ -58,7 +58,7 @@ pub(super) async fn open(
         // The host runs some statements on the caller's thread (`inline.rs`): in serialized
         // mode SQLite takes its own lock around every call, whichever thread makes it.
         .serialized(true);
-    let in_memory = in_memory(url);
+    let in_memory = url.contains(":memory:") || url.contains("mode=memory");
     let options = if in_memory {
         // The database lives as long as a connection does: keep one.
         options
@@ -184,13 +184,8 @@ impl Drop for HostTurn {
     }
 }
 
-/// Whether a SQLite URL names an in-memory database (no file, no write-ahead log).
-pub(super) fn in_memory(url: &str) -> bool {
-    url.contains(":memory:") || url.contains("mode=memory")
-}
-
 /// Sets up a new connection: its watch, the authorizer and the progress handler.
-pub(super) async fn install(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+async fn install(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
     let watch = Arc::new(Watch::new());
     let mut handle = conn.lock_handle().await?;
     let db = handle.as_raw_handle().as_ptr();

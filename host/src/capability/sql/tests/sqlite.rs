@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use sqlx::Connection as _;
-
 use super::{Ctx, assert_values, e, open, scenarios, text};
 use crate::capability::Capability as _;
 use crate::config::SqlKind;
@@ -246,49 +244,4 @@ async fn parameters_bind_by_position_and_number() {
         (vec!["one".to_string()], 0)
     );
     assert_eq!(m.finish(true).await, Ok(()));
-}
-
-/// The outbox's reads run on the reader, on the caller's thread (`reader.rs`); an in-memory
-/// database has none (no write-ahead log: a read there can wait for the writer).
-#[tokio::test]
-async fn a_file_database_reads_on_its_reader() {
-    let ctx = sqlite().await;
-    let (Some(reader), super::super::backend::Pool::Sqlite(pool)) = (&ctx.db.reader, &ctx.db.pool)
-    else {
-        panic!("a SQLite file has a reader");
-    };
-    let read = reader.read(pool, "SELECT ?1 + 1", &[Value::Int(1)]).await;
-    match read {
-        Some(Ok(super::super::backend::Output::Rows(rows))) => {
-            assert_values(&rows.rows[0], &[Value::Int(2)])
-        }
-        _ => panic!("the reader did not answer"),
-    }
-    let memory = open(SqlKind::Sqlite, "sqlite::memory:", None).await;
-    assert!(memory.db.reader.is_none());
-}
-
-/// BEGIN on the caller's thread never waits for another writer: it says the lock is taken, and
-/// the caller waits for it on sqlx's thread instead.
-#[tokio::test]
-async fn begin_now_does_not_wait_for_another_writer() {
-    let ctx = sqlite().await;
-    let dir = ctx._dir.as_ref().expect("dir").path();
-    let url = format!("sqlite://{}/nested/state/test.db", dir.display());
-    let mut outside = sqlx::SqliteConnection::connect(&url).await.expect("open");
-    let begin = sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut outside).await;
-    begin.expect("outside writer");
-    let mut conn = ctx.db.pool.acquire().await.expect("connection");
-    let started = std::time::Instant::now();
-    assert!(matches!(conn.begin_now(), Ok(false)), "the lock is taken");
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "it did not wait"
-    );
-    sqlx::raw_sql("COMMIT")
-        .execute(&mut outside)
-        .await
-        .expect("commit");
-    assert!(matches!(conn.begin_now(), Ok(true)), "the lock is free");
-    conn.rollback().await.expect("rollback");
 }
