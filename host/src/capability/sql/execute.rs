@@ -135,6 +135,24 @@ where
     })
 }
 
+/// Adds a row to a result of `size` bytes so far, refusing one past [`MAX_RESULT_BYTES`].
+pub(super) fn push_bounded(
+    rows: &mut Vec<Vec<Value>>,
+    size: &mut usize,
+    values: Vec<Value>,
+) -> Result<(), Failure> {
+    *size += values.iter().map(value::size_of).sum::<usize>();
+    if *size > MAX_RESULT_BYTES {
+        return Err(Failure::other(format!(
+            "the result passed {} MiB after {} rows; select fewer rows or columns",
+            MAX_RESULT_BYTES >> 20,
+            rows.len()
+        )));
+    }
+    rows.push(values);
+    Ok(())
+}
+
 fn count_matches(expected: usize, given: usize) -> Result<(), Failure> {
     if expected == given {
         return Ok(());
@@ -176,15 +194,7 @@ where
                 ReadError::Unmapped(why) => Failure::invalid(why),
                 ReadError::Bad(why) => Failure::other(format!("cannot read a value: {why}")),
             })?;
-            size += values.iter().map(value::size_of).sum::<usize>();
-            if size > MAX_RESULT_BYTES {
-                return Err(Failure::other(format!(
-                    "the result passed {} MiB after {} rows; select fewer rows or columns",
-                    MAX_RESULT_BYTES >> 20,
-                    rows.len()
-                )));
-            }
-            rows.push(values);
+            push_bounded(&mut rows, &mut size, values)?;
         }
     }
     let columns = match columns {

@@ -21,8 +21,7 @@ use std::ptr::{self, NonNull};
 use libsqlite3_sys as ffi;
 
 use super::error::{self, Failure};
-use super::execute::{MAX_RESULT_BYTES, Output, Want};
-use super::value;
+use super::execute::{Output, Want, push_bounded};
 use crate::wit::worker::plugin::sql::{Rows, Value};
 
 /// A SQLite connection's handle, used while no sqlx operation is in flight on it.
@@ -185,7 +184,7 @@ impl Handle {
         Ok(())
     }
 
-    /// Steps the statement to its end: the rows (bounded by [`MAX_RESULT_BYTES`]) or the count.
+    /// Steps the statement to its end: the rows (bounded by `execute::MAX_RESULT_BYTES`) or the count.
     fn step(&self, stmt: &Statement, want: Want) -> Result<Output, Failure> {
         let columns = stmt.columns();
         let mut rows = Vec::new();
@@ -196,15 +195,7 @@ impl Handle {
                 ffi::SQLITE_ROW if want == Want::Affected => {}
                 ffi::SQLITE_ROW => {
                     let values = stmt.row(&columns)?;
-                    size += values.iter().map(value::size_of).sum::<usize>();
-                    if size > MAX_RESULT_BYTES {
-                        return Err(Failure::other(format!(
-                            "the result passed {} MiB after {} rows; select fewer rows or columns",
-                            MAX_RESULT_BYTES >> 20,
-                            rows.len()
-                        )));
-                    }
-                    rows.push(values);
+                    push_bounded(&mut rows, &mut size, values)?;
                 }
                 ffi::SQLITE_DONE => break,
                 _ => return Err(self.failure()),
