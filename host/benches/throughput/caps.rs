@@ -258,7 +258,11 @@ async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> Option<f64> {
     }
     fill(&ch, &queue, n, case.body.as_bytes()).await;
     let host = start_host_with(bin, &plugin, std::slice::from_ref(&queue), &prefix, &extra);
+    // With WORKER_BENCH_PERF, one profile per case in the order of the table (-k.data for
+    // "nothing", -k.2.data for the next row, ...).
+    let perf = start_perf(host.child.id(), 'k');
     let (rate, _) = consume_rate(&host.admin, host.child.id(), n).await;
+    stop_perf(perf);
     if case.grant.contains("outbox") {
         // Every measured message was recorded: none went without an id, none was a duplicate.
         for name in ["worker_outbox_without_id_total", "worker_duplicates_total"] {

@@ -204,7 +204,7 @@ pub(super) async fn wait_ready(addr: &str) {
 /// in a run, as (p) and (j) start one with reused instances, then one with fresh); extra options
 /// in `WORKER_BENCH_PERF_ARGS` (default `-F 999 -g`). Stopped with SIGINT so it writes a
 /// complete file.
-fn start_perf(pid: u32, scenario: char) -> Option<Child> {
+pub(super) fn start_perf(pid: u32, scenario: char) -> Option<Child> {
     static HOSTS: std::sync::Mutex<Vec<char>> = std::sync::Mutex::new(Vec::new());
     let prefix = std::env::var("WORKER_BENCH_PERF").ok()?;
     let nth = {
@@ -229,7 +229,7 @@ fn start_perf(pid: u32, scenario: char) -> Option<Child> {
     Some(child)
 }
 
-fn stop_perf(perf: Option<Child>) {
+pub(super) fn stop_perf(perf: Option<Child>) {
     if let Some(mut perf) = perf {
         let _ = Command::new("kill")
             .args(["-INT", &perf.id().to_string()])
