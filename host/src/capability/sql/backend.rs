@@ -323,13 +323,9 @@ impl Conn {
     }
 
     /// Whether the transaction is still open: always on the servers (they report a lost one
-    /// by their errors); on SQLite as the connection says (false if it cannot say).
+    /// by their errors, and have no handle); on SQLite as the connection says.
     pub(super) fn in_transaction(&self) -> bool {
-        match (&self.link, &self.handle) {
-            (Link::Sqlite(_), Some(handle)) => handle.in_transaction(),
-            (Link::Sqlite(_), None) => false,
-            (Link::Postgres(_) | Link::MySql(_), _) => true,
-        }
+        self.handle.as_ref().is_none_or(Handle::in_transaction)
     }
 
     async fn dispatch(

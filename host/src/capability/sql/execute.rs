@@ -1,9 +1,6 @@
 //! One statement on any backend, as the host runs it: its parameters counted and bound, its
 //! rows read and bounded. Transactions and savepoints are `backend.rs`'s.
 
-use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
-
 use futures_util::TryStreamExt as _;
 use sqlx::pool::PoolConnection;
 use sqlx::{
@@ -63,7 +60,7 @@ pub(super) async fn sqlite(
     params: Vec<Value>,
     want: Want,
 ) -> Result<Output, Failure> {
-    if let Some(expected) = sqlite_parameters(conn, statement).await {
+    if let Ok(Some(expected)) = parameters::<Sqlite>(conn, statement).await {
         count_matches(expected, params.len())?;
     }
     let args = value::sqlite_args(params).map_err(encode_failure)?;
@@ -72,30 +69,6 @@ pub(super) async fn sqlite(
         r.rows_affected()
     })
     .await
-}
-
-/// How many parameters a SQLite statement takes, remembered by its text: a count is fixed by
-/// the text alone, and asking sqlx again (even for a statement it has cached) is a hand-over
-/// to the connection's thread, in the middle of a message's turn on a group.
-async fn sqlite_parameters(conn: &mut PoolConnection<Sqlite>, statement: &str) -> Option<usize> {
-    /// Texts remembered; past this the memory is emptied and starts again.
-    const REMEMBERED: usize = 1024;
-    static COUNTS: LazyLock<Mutex<HashMap<Box<str>, usize>>> = LazyLock::new(Mutex::default);
-    let counts = || {
-        COUNTS
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    };
-    if let Some(&n) = counts().get(statement) {
-        return Some(n);
-    }
-    let n = parameters::<Sqlite>(conn, statement).await.ok()??;
-    let mut counts = counts();
-    if counts.len() >= REMEMBERED {
-        counts.clear();
-    }
-    counts.insert(statement.into(), n);
-    Some(n)
 }
 
 /// A MySQL statement (one statement: a prepared one cannot hold more).
@@ -153,7 +126,7 @@ pub(super) fn push_bounded(
     Ok(())
 }
 
-fn count_matches(expected: usize, given: usize) -> Result<(), Failure> {
+pub(super) fn count_matches(expected: usize, given: usize) -> Result<(), Failure> {
     if expected == given {
         return Ok(());
     }

@@ -21,7 +21,7 @@ use std::ptr::{self, NonNull};
 use libsqlite3_sys as ffi;
 
 use super::error::{self, Failure};
-use super::execute::{Output, Want, push_bounded};
+use super::execute::{Output, Want, count_matches, push_bounded};
 use crate::wit::worker::plugin::sql::{Rows, Value};
 
 /// A SQLite connection's handle, used while no sqlx operation is in flight on it.
@@ -89,22 +89,14 @@ impl Handle {
             Ok(None) => return None,
             Err(failure) => return Some(Err(failure)),
         };
-        if let Some(name) = stmt.named() {
-            return Some(Err(Failure::invalid(format!(
-                "parameter {name}: parameters are written ?, ?NNN or $NNN (bound by number)"
-            ))));
-        }
-        let expected = stmt.parameters();
-        if expected != params.len() {
-            return Some(Err(Failure::invalid(format!(
-                "the statement takes {expected} parameters, {} given",
-                params.len()
-            ))));
-        }
-        if let Err(e) = self.bind(&stmt, params) {
-            return Some(Err(e));
-        }
-        Some(self.step(&stmt, want))
+        let bound = stmt
+            .numbers()
+            .and_then(|numbers| {
+                count_matches(numbers.len(), params.len())?;
+                self.bind(&stmt, &numbers, params)
+            })
+            .and_then(|()| self.step(&stmt, want));
+        Some(bound)
     }
 
     /// Prepares the first statement of `text`: `None` if it is empty or more than blanks
@@ -135,18 +127,20 @@ impl Handle {
         Ok(Some(stmt))
     }
 
-    /// Binds `params` as sqlx does: `?` in order, `?NNN` and `$NNN` by number; booleans as 0
-    /// or 1.
-    fn bind(&self, stmt: &Statement, params: &[Value]) -> Result<(), Failure> {
+    /// Binds `params` as sqlx does: `?` in order, `?NNN` and `$NNN` by number (`numbers`,
+    /// from [`Statement::numbers`]); booleans as 0 or 1.
+    fn bind(
+        &self,
+        stmt: &Statement,
+        numbers: &[Option<usize>],
+        params: &[Value],
+    ) -> Result<(), Failure> {
         let mut next = 0;
-        for i in 1..=stmt.parameters() as c_int {
-            let n = match stmt.parameter_number(i) {
-                Some(n) => n,
-                None => {
-                    next += 1;
-                    next
-                }
-            };
+        for (i, number) in (1..).zip(numbers) {
+            let n = number.unwrap_or_else(|| {
+                next += 1;
+                next
+            });
             let Some(value) = n.checked_sub(1).and_then(|n| params.get(n)) else {
                 // SQLite binds what is left unbound as NULL, as sqlx leaves it.
                 break;
@@ -234,33 +228,30 @@ impl Drop for Statement {
 }
 
 impl Statement {
-    fn parameters(&self) -> usize {
+    /// Each parameter's number (`?NNN`, `$NNN`), `None` for a plain `?`. A name that is not a
+    /// number (`:id`, `@id`, `$id`) is refused: sqlx binds none of them, nor does the host.
+    fn numbers(&self) -> Result<Vec<Option<usize>>, Failure> {
+        let s = self.0.as_ptr();
         // SAFETY: a prepared statement.
-        let n = unsafe { ffi::sqlite3_bind_parameter_count(self.0.as_ptr()) };
-        usize::try_from(n).unwrap_or(0)
-    }
-
-    /// Parameter `i`'s number if it has one (`?NNN`, `$NNN`); `None` for a plain `?`.
-    fn parameter_number(&self, i: c_int) -> Option<usize> {
-        let name = self.parameter_name(i)?;
-        name.strip_prefix(['?', '$'])?.parse().ok()
-    }
-
-    fn parameter_name(&self, i: c_int) -> Option<String> {
-        // SAFETY: a prepared statement; the name lives as long as it does and is copied.
-        unsafe {
-            let p = ffi::sqlite3_bind_parameter_name(self.0.as_ptr(), i);
-            (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
-        }
-    }
-
-    /// The first parameter with a name that is not a number (`:id`, `@id`, `$id`): sqlx
-    /// binds none of them, and neither does the host.
-    fn named(&self) -> Option<String> {
-        (1..=self.parameters() as c_int).find_map(|i| {
-            let name = self.parameter_name(i)?;
-            self.parameter_number(i).is_none().then_some(name)
-        })
+        let n = unsafe { ffi::sqlite3_bind_parameter_count(s) };
+        (1..=n)
+            .map(|i| {
+                // SAFETY: a prepared statement; the name lives as long as it does.
+                let name = unsafe { ffi::sqlite3_bind_parameter_name(s, i) };
+                if name.is_null() {
+                    return Ok(None);
+                }
+                // SAFETY: as above; NUL-terminated.
+                let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+                match name.strip_prefix(['?', '$']).and_then(|n| n.parse().ok()) {
+                    Some(number) => Ok(Some(number)),
+                    None => Err(Failure::invalid(format!(
+                        "parameter {name}: parameters are written ?, ?NNN or $NNN (bound by \
+                         number)"
+                    ))),
+                }
+            })
+            .collect()
     }
 
     /// Each column's name and whether it is declared BOOLEAN (read as a boolean, as sqlx
