@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::Subscriber;
@@ -16,13 +17,14 @@ use crate::plugin::{Input, Invocation, Plugin};
 use crate::telemetry;
 
 impl Subscriber {
-    /// Calls the plugin and finishes the call's effects; `None` when the consumer channel died
-    /// meanwhile (the call is stopped, its effects undone).
+    /// Calls the plugin in its handler `slot` and finishes the call's effects; `None` when the
+    /// consumer channel died meanwhile (the call is stopped, its effects undone).
     pub(super) async fn invoke(
         &self,
         plugin: &Plugin,
         input: &Arc<Input>,
         settler: &Settler,
+        slot: OwnedSemaphorePermit,
     ) -> Option<Invocation> {
         let in_flight = self.metrics.call_started();
         let span = telemetry::span!(
@@ -37,6 +39,9 @@ impl Subscriber {
             _ = settler.death.died() => return None,
         };
         drop(in_flight);
+        // The slot bounds calls, not commits: a message waiting for its commit (on SQLite, a
+        // group's, shared with the calls that run meanwhile) lets the next call start.
+        drop(slot);
         self.commit(input, &mut invocation).await;
         invocation.emit_logs(plugin, &self.sub.queue);
         Some(invocation)

@@ -79,18 +79,19 @@ impl Subscriber {
     ) {
         let plugin = self.plugin.load_full();
         let verdict = match self.precheck(&input, &mut received).await {
-            Precheck::Decided(verdict) => verdict,
-            Precheck::Call => match self.invoke(&plugin, &input, settler).await {
+            Precheck::Decided(verdict) => {
+                drop(permit);
+                verdict
+            }
+            Precheck::Call => match self.invoke(&plugin, &input, settler, permit).await {
                 Some(invocation) => self.decide(&input, invocation),
                 None => {
                     // The channel died during the call: nothing settles this message.
-                    drop(permit);
                     self.drop_result(settler, &input, &received).await;
                     return;
                 }
             },
         };
-        drop(permit);
         if let Some(elapsed) = verdict.elapsed {
             self.paced(elapsed);
         }
