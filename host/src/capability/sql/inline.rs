@@ -47,6 +47,12 @@ impl Handle {
         self.0.as_ptr()
     }
 
+    /// Makes a statement that would wait for another connection's lock fail at once instead.
+    pub(super) fn never_wait(&self) {
+        // SAFETY: open (see `new`); 0 removes the busy handler.
+        unsafe { ffi::sqlite3_busy_timeout(self.db(), 0) };
+    }
+
     /// Whether the connection is inside a transaction. SQLite rolls a whole transaction back
     /// by itself on some errors (a full disk, an interrupt), after which statements would
     /// commit one by one: the host checks this wherever that would break a message's

@@ -28,6 +28,7 @@ mod group;
 mod guard;
 mod inline;
 pub(crate) mod outbox;
+mod reader;
 mod sqlite;
 mod statement;
 mod text;
@@ -86,6 +87,8 @@ pub(crate) struct Database {
     cancels: cancel::Cancels,
     /// SQLite: the messages' shared transaction (`group.rs`).
     group: Option<group::Group>,
+    /// SQLite on a file: the outbox's reads on the caller's thread (`reader.rs`).
+    reader: Option<reader::Reader>,
 }
 
 impl Database {
@@ -132,6 +135,8 @@ impl Database {
             outbox_schema: outbox::Schema::default(),
             cancels: cancel::Cancels::default(),
             group: (config.kind == SqlKind::Sqlite).then(group::Group::default),
+            reader: (config.kind == SqlKind::Sqlite && !sqlite::in_memory(url))
+                .then(reader::Reader::default),
         })
     }
 

@@ -58,7 +58,7 @@ pub(super) async fn open(
         // The host runs some statements on the caller's thread (`inline.rs`): in serialized
         // mode SQLite takes its own lock around every call, whichever thread makes it.
         .serialized(true);
-    let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+    let in_memory = in_memory(url);
     let options = if in_memory {
         // The database lives as long as a connection does: keep one.
         options
@@ -184,8 +184,13 @@ impl Drop for HostTurn {
     }
 }
 
+/// Whether a SQLite URL names an in-memory database (no file, no write-ahead log).
+pub(super) fn in_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
+}
+
 /// Sets up a new connection: its watch, the authorizer and the progress handler.
-async fn install(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+pub(super) async fn install(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
     let watch = Arc::new(Watch::new());
     let mut handle = conn.lock_handle().await?;
     let db = handle.as_raw_handle().as_ptr();

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::backend::{Conn, Output, Want};
+use super::backend::{Conn, Output, Pool, Want};
 use super::error::{self, Failure, classify};
 use super::{Database, First, commit, rollback};
 use crate::config::SqlKind;
@@ -134,6 +134,18 @@ impl Database {
         result.map_err(|f| OutboxError(self.describe(&f)))
     }
 
+    /// A read by itself: on SQLite's reader, on the caller's thread (`reader.rs`); where there
+    /// is none or it cannot, as [`Database::once`].
+    async fn read_once(&self, statement: &str, params: Vec<Value>) -> Result<Output, OutboxError> {
+        if let (Some(reader), Pool::Sqlite(pool)) = (&self.reader, &self.pool)
+            && let Some(Ok(rows)) = reader.read(pool, statement, &params).await
+        {
+            self.health(None);
+            return Ok(rows);
+        }
+        self.once(statement, params, Want::Rows).await
+    }
+
     fn describe(&self, f: &Failure) -> String {
         format!(
             "[sql.{}] {}",
@@ -162,7 +174,7 @@ impl Database {
             Value::Text(queue.to_string()),
             Value::Text(message_id.to_string()),
         ];
-        let rows = rows(self.once(&select, key, Want::Rows).await?);
+        let rows = rows(self.read_once(&select, key).await?);
         match rows.first().and_then(|r| r.first()) {
             None => Ok(None),
             Some(Value::Null) => Ok(Some(Vec::new())),

@@ -117,3 +117,30 @@ async fn a_message_dropped_during_its_turn_fails_its_group_and_undoes_it() {
     assert_eq!(m.finish(true).await, Ok(()));
     assert_eq!(ctx.count(&t).await, 1);
 }
+
+/// The outbox's duplicate check reads on a connection of its own (`reader.rs`): a record kept in
+/// an open group is not there until the group commits, so a message never looks handled by a
+/// record that may still be rolled back.
+#[tokio::test]
+async fn the_duplicate_check_sees_a_record_only_once_its_group_committed() {
+    let (ctx, t) = grouped(Duration::from_secs(30)).await;
+    ctx.db.outbox_ready().await.expect("outbox tables");
+    let queue = unique("q");
+    let record = crate::capability::sql::outbox::Record {
+        queue: queue.clone(),
+        message_id: "m-1".into(),
+        handled_at_ms: 1,
+        messages: Vec::new(),
+    };
+    let mut first = holding(&ctx, &t, 1).await;
+    let second = start(&ctx, &t, 2);
+    until_queued(&ctx, 1).await;
+    let first = tokio::spawn(async move { first.finish_recorded(true, Some(&record)).await });
+    let (mut second, done) = second.await.expect("join");
+    assert_eq!(done, Ok(1));
+    // The first is recorded and kept, in the group that the second's turn holds open.
+    assert_eq!(ctx.db.handled(&queue, "m-1").await, Ok(None));
+    assert_eq!(second.finish(true).await, Ok(()));
+    assert_eq!(first.await.expect("join"), Ok(()));
+    assert_eq!(ctx.db.handled(&queue, "m-1").await, Ok(Some(Vec::new())));
+}

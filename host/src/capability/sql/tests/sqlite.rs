@@ -245,3 +245,23 @@ async fn parameters_bind_by_position_and_number() {
     );
     assert_eq!(m.finish(true).await, Ok(()));
 }
+
+/// The outbox's reads run on the reader, on the caller's thread (`reader.rs`); an in-memory
+/// database has none (no write-ahead log: a read there can wait for the writer).
+#[tokio::test]
+async fn a_file_database_reads_on_its_reader() {
+    let ctx = sqlite().await;
+    let (Some(reader), super::super::backend::Pool::Sqlite(pool)) = (&ctx.db.reader, &ctx.db.pool)
+    else {
+        panic!("a SQLite file has a reader");
+    };
+    let read = reader.read(pool, "SELECT ?1 + 1", &[Value::Int(1)]).await;
+    match read {
+        Some(Ok(super::super::backend::Output::Rows(rows))) => {
+            assert_values(&rows.rows[0], &[Value::Int(2)])
+        }
+        _ => panic!("the reader did not answer"),
+    }
+    let memory = open(SqlKind::Sqlite, "sqlite::memory:", None).await;
+    assert!(memory.db.reader.is_none());
+}
