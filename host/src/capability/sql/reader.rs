@@ -15,7 +15,6 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{ConnectOptions as _, SqlitePool};
 use tokio::sync::Mutex;
 
-use super::error::Failure;
 use super::execute::{Output, Want};
 use super::inline::Handle;
 use super::sqlite::{self, Watch};
@@ -34,29 +33,26 @@ struct Open {
 
 impl Reader {
     /// Runs the host's read `statement`; `None` if the reader cannot (it could not open, the
-    /// read would wait, or the text is not one it runs): then the caller uses the pool.
+    /// read failed or would wait, or the text is not one it runs): then the caller uses the pool.
     pub(super) async fn read(
         &self,
         pool: &SqlitePool,
         statement: &str,
         params: &[Value],
-    ) -> Option<Result<Output, Failure>> {
+    ) -> Option<Output> {
         let mut open = self.0.lock().await;
         if open.is_none() {
             *open = Some(connect(pool).await.ok()?);
         }
         let reader = open.as_ref()?;
         let _host = reader.watch.host();
-        let result = reader.handle.run(statement, params, Want::Rows);
-        match result {
-            Some(Ok(rows)) => Some(Ok(rows)),
-            // Whatever failed, the pool's connection answers; a reader that failed may be
-            // broken, so the next read opens another.
-            Some(Err(_)) => {
+        match reader.handle.run(statement, params, Want::Rows)? {
+            Ok(rows) => Some(rows),
+            // A reader that failed may be broken: the next read opens another.
+            Err(_) => {
                 *open = None;
                 None
             }
-            None => None,
         }
     }
 }

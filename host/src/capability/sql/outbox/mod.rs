@@ -138,7 +138,7 @@ impl Database {
     /// is none or it cannot, as [`Database::once`].
     async fn read_once(&self, statement: &str, params: Vec<Value>) -> Result<Output, OutboxError> {
         if let (Some(reader), Pool::Sqlite(pool)) = (&self.reader, &self.pool)
-            && let Some(Ok(rows)) = reader.read(pool, statement, &params).await
+            && let Some(rows) = reader.read(pool, statement, &params).await
         {
             self.health(None);
             return Ok(rows);

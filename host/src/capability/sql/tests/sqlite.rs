@@ -257,7 +257,7 @@ async fn a_file_database_reads_on_its_reader() {
     };
     let read = reader.read(pool, "SELECT ?1 + 1", &[Value::Int(1)]).await;
     match read {
-        Some(Ok(super::super::backend::Output::Rows(rows))) => {
+        Some(super::super::backend::Output::Rows(rows)) => {
             assert_values(&rows.rows[0], &[Value::Int(2)])
         }
         _ => panic!("the reader did not answer"),
