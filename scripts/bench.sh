@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end throughput against the local RabbitMQ, bare lapin vs worker-host in the same run,
 # then the per-message wasm cost (criterion). Arguments go to the throughput bench
-# (--messages N, --runs R, --only aAbBxcdiktgurpjqms to pick scenarios; q runs the Python peers
+# (--messages N, --runs R, --only aAbBoxyzcdiktgurpjqms to pick scenarios; q runs the Python peers
 # Celery and Dramatiq from a venv built here, pinned in host/benches/peers/requirements.txt).
 # Profiling the host under load:
 #   WORKER_BENCH_PERF=/tmp/host WORKER_BENCH_PERF_ARGS="-F 999 --call-graph dwarf,16384" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: starts (or installs) RabbitMQ and the capability servers, builds the example
 # plugins from source (installing the wasm toolchain when missing), then the workspace's unit, doc
-# and integration tests, the unit tests that need the capability servers, the tests that restart RabbitMQ or PostgreSQL or change RabbitMQ's
+# and integration tests, the unit tests that need the capability servers, the service, fault and
+# poison tests again consuming through lapin, the tests that restart RabbitMQ or PostgreSQL or change RabbitMQ's
 # settings (alone), the tests on a local three-node cluster (alone), the integration tests again
 # against RabbitMQ 4.3, the new-plugin template, the plugins' own native tests, and the Debian
 # package on a fresh Debian 12. Ends with one line counting every test run.
@@ -21,7 +22,19 @@ if ! flock -n 9; then
 fi
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# A failing test's panic message sits among pages of captured output, which a CI summary may
+# cut; so when the run fails, the panics are repeated last, a few lines each. (No `head`: a
+# pipe closed early would turn the run's status into SIGPIPE's.)
+why_failed() {
+  local status=$?
+  if [ "$status" -ne 0 ] && grep -q 'panicked at' "$log"; then
+    echo "== panic messages in this run's output, repeated here (a few lines each)"
+    grep -m 12 -A4 'panicked at' "$log" | cut -c1-400 || true
+  fi
+  rm -f "$log"
+  return "$status"
+}
+trap why_failed EXIT
 # Runs a step, keeping its output for the final count.
 step() {
   echo "== $1"
@@ -55,6 +68,16 @@ integration() {
   fi
   (cd host && "$bin" "$@")
 }
+# The service, fault, poison and consumer tests again with each consumer on a lapin channel of
+# the service's connection (WORKER_CONSUME=lapin), the path `amqps://` URLs take, where by
+# default it takes its deliveries on a consume connection of the host's own (the batch consumer
+# of docs/performance.md): the same tests, unchanged, on the other path.
+lapin_consume_tests() (
+  export WORKER_CONSUME=lapin
+  integration service:: faults:: poison:: consumer:: --skip broker_restart_ --skip broker_global_ \
+    --skip server_restart_ --skip cluster_
+)
+step "service, fault, poison and consumer tests consuming through lapin (the amqps:// path)" lapin_consume_tests
 # broker_restart_*: stop and start RabbitMQ; broker_global_*: raise an alarm or lower the
 # consumer timeout of the whole broker. Each restores the broker in every outcome.
 # server_restart_*: restart a capability server (PostgreSQL) under the tests that use it.

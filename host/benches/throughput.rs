@@ -3,7 +3,9 @@
 //!     current-thread runtime: the faster counts), manual acks, doing nothing;
 //! (a') the same, republishing each message with a confirm before the ack;
 //! (b) worker-host (the release binary, a separate process) with a plugin that answers ok;
-//!     (B) the same with `instance = "reuse"`;
+//!     (B) the same with `instance = "reuse"`; (o) the same consuming through a lapin channel
+//!     of the service's connection (`WORKER_CONSUME=lapin`, the path before the batch
+//!     consumer, and the one `amqps://` URLs take);
 //! (c) worker-host with every message retried once, then ok;
 //! (d) worker-host with an SDK plugin (user_monitor.wasm) parsing a 1 KiB JSON body;
 //! (a+), for reference only (not the denominator): a bare consumer acking with `multiple=true`,
@@ -16,6 +18,10 @@
 //! (x) a prototype of the batch consumer proposed for target 1 (one thread parses frames, calls
 //!     the ok WAT plugin in place, one ack per read), and (x0) its loop without the call
 //!     (`batch.rs`);
+//! (y) (x) built on lapin: its I/O thread hands each delivery to a sink (a hook in the vendored
+//!     lapin) that calls the ok WAT plugin in place and acks once per read (`sink.rs`);
+//! (z) the host's own consume connection feeding an async task a read at a time, which calls
+//!     the ok WAT plugin and acks once per read (`feed.rs`);
 //! (u) one handler call in-process (µs; fresh and reused instances), as in the plugin bench
 //!     (`calls.rs`);
 //! (r), (p), (j) components in Rust, Python and JavaScript parsing the 1 KiB JSON body (the
@@ -27,7 +33,7 @@
 //! subscriptions; then one table of the performance targets with this run's figures
 //! (`targets.rs`).
 //!
-//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbBxcdiktgurpjqms]`
+//! `cargo bench -p worker-host --bench throughput -- [--messages N] [--runs R] [--only aAbBoxyzcdiktgurpjqms]`
 //! (`WORKER_BENCH_PERF`: see `start_perf`)
 //! (cargo builds the worker-host binary it runs; scripts/bench.sh builds the plugins first).
 //! Every message carries a unique message id (the outbox keys on it). Run with a quiet machine;
@@ -59,6 +65,8 @@ mod calls;
 mod caps;
 #[path = "throughput/cpu.rs"]
 mod cpu;
+#[path = "throughput/feed.rs"]
+mod feed;
 #[path = "throughput/languages.rs"]
 mod languages;
 #[path = "plugin/latency.rs"]
@@ -67,6 +75,8 @@ mod latency;
 mod process;
 #[path = "plugin/setup.rs"]
 mod setup;
+#[path = "throughput/sink.rs"]
+mod sink;
 #[path = "throughput/startup.rs"]
 mod startup;
 #[path = "throughput/targets.rs"]
@@ -108,7 +118,7 @@ fn args() -> Args {
     let mut a = Args {
         messages: 20_000,
         runs: 3,
-        only: "aAbBxcdiktgurpjqms".into(),
+        only: "aAbBoxyzcdiktgurpjqms".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -162,9 +172,10 @@ async fn bench(args: Args) {
     let (mut a_mt, mut a_ct, mut a_rep, mut a_multi) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut b, mut b_reuse, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut b_lapin = Vec::new();
     // CPU per message, in the order of the msgs/s rows.
-    let mut cpu: [Vec<CpuUse>; 10] = Default::default();
-    let (mut x, mut x0) = (Vec::new(), Vec::new());
+    let mut cpu: [Vec<CpuUse>; 13] = Default::default();
+    let (mut x, mut x0, mut y, mut z) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut t, mut g) = (Vec::new(), Vec::new());
     let (collector, exported) = traced::collector().await;
     let gone = traced::gone();
@@ -179,7 +190,7 @@ async fn bench(args: Args) {
     let mut lang = languages::Results::default();
     let mut peak_rss = 0u64;
     let mut starts = Vec::new();
-    let ok_plugin = on('x').then(|| batch::ok_plugin(&state));
+    let ok_plugin = (on('x') || on('y') || on('z')).then(|| batch::ok_plugin(&state));
     for run in 0..args.runs {
         for (letter, out, kind, i) in [
             ('a', &mut a_mt, Bare::TaskPerDelivery, 0),
@@ -228,12 +239,31 @@ async fn bench(args: Args) {
             b_reuse.push(run.rate);
             cpu[7].push(run.cpu);
         }
+        if on('o') {
+            let extra = Extra {
+                env: vec![("WORKER_CONSUME", "lapin")],
+                ..Extra::default()
+            };
+            let run = host_with(&host_bin, Plugin::Wat(OK_WAT), n, &body, 'o', &extra).await;
+            b_lapin.push(run.rate);
+            cpu[12].push(run.cpu);
+        }
         if on('x') {
             for (out, call, i) in [(&mut x0, None, 8), (&mut x, ok_plugin.clone(), 9)] {
                 let (rate, used) = batch::batch(n, &body, call).await;
                 out.push(rate);
                 cpu[i].push(used);
             }
+        }
+        if let (true, Some(plugin)) = (on('y'), &ok_plugin) {
+            let (rate, used) = sink::sink(n, &body, plugin.clone()).await;
+            y.push(rate);
+            cpu[10].push(used);
+        }
+        if let (true, Some(plugin)) = (on('z'), &ok_plugin) {
+            let (rate, used) = feed::feed(n, &body, plugin.clone()).await;
+            z.push(rate);
+            cpu[11].push(used);
         }
         for (letter, out, addr) in [('t', &mut t, &collector), ('g', &mut g, &gone)] {
             if on(letter) {
@@ -285,10 +315,22 @@ async fn bench(args: Args) {
         "(B)  worker-host, ok plugin (WAT), reused instance",
         med(&b_reuse),
     );
+    row(
+        "(o)  worker-host, ok plugin (WAT), consuming through lapin",
+        med(&b_lapin),
+    );
     row("(x0) prototype: batch consumer, no call", med(&x0));
     row(
         "(x)  prototype: batch consumer, ok WAT call in place",
         med(&x),
+    );
+    row(
+        "(y)  prototype: lapin hands deliveries over in place, ok WAT",
+        med(&y),
+    );
+    row(
+        "(z)  the host's connection feeding a task per read, ok WAT",
+        med(&z),
     );
     row("(c)  worker-host, retried once then ok", med(&c));
     row("(d)  worker-host, SDK plugin parsing 1 KiB JSON", med(&d));
@@ -311,10 +353,22 @@ async fn bench(args: Args) {
             "(B)  worker-host, ok plugin (WAT), reused instance",
             &cpu[7],
         ),
+        (
+            "(o)  worker-host, ok plugin (WAT), consuming through lapin",
+            &cpu[12],
+        ),
         ("(x0) prototype: batch consumer, no call", &cpu[8]),
         (
             "(x)  prototype: batch consumer, ok WAT call in place",
             &cpu[9],
+        ),
+        (
+            "(y)  prototype: lapin hands deliveries over in place, ok WAT",
+            &cpu[10],
+        ),
+        (
+            "(z)  the host's connection feeding a task per read, ok WAT",
+            &cpu[11],
         ),
         ("(c)  worker-host, retried once then ok", &cpu[5]),
         ("(d)  worker-host, SDK plugin parsing 1 KiB JSON", &cpu[6]),
@@ -377,6 +431,7 @@ async fn bench(args: Args) {
         a,
         a_plus: med(&a_multi),
         b: med(&b),
+        b_lowest_run: lowest_ratio(&b, &a_multi),
         a_plus_cpu_us: cpu::consumer_median(&cpu[3]),
         b_cpu_us: cpu::consumer_median(&cpu[4]),
         b_reuse: med(&b_reuse),
@@ -399,6 +454,18 @@ async fn bench(args: Args) {
         outbox_postgres: caps.outbox_postgres,
         idle_mib,
     });
+}
+
+/// The lowest of `num[i] / den[i]` over the runs (each run measures both): a goal met in every
+/// run is met by this. NaN when either was not run.
+fn lowest_ratio(num: &[f64], den: &[f64]) -> f64 {
+    if num.is_empty() || num.len() != den.len() {
+        return f64::NAN;
+    }
+    num.iter()
+        .zip(den)
+        .map(|(n, d)| n / d)
+        .fold(f64::INFINITY, f64::min)
 }
 
 fn unique(prefix: &str) -> String {

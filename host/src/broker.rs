@@ -10,9 +10,15 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProper
 use tokio::sync::watch;
 use tracing::{Instrument, info, warn};
 
+use crate::config::Secret;
 use crate::telemetry;
 
+mod delivery;
 mod probe;
+// The batch consumer's connection: tested on its own and used by the throughput bench (x);
+// the consumer switches to it in a later step.
+pub mod wire;
+pub use delivery::Delivery;
 pub(crate) use probe::{exchange_exists, queue_state};
 
 /// No broker URL answered; commands exit with code 2 for this.
@@ -391,6 +397,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Tries each URL once, in turn. Processes start at different URLs (by process id), so many
 /// hosts given one cluster's list spread their connections over its nodes.
 pub(crate) async fn connect_once(urls: &[String], name: &str) -> Result<Connection, Unreachable> {
+    connect_any(urls, name).await.map(|(conn, _)| conn)
+}
+
+/// [`connect_once`], also saying which URL answered.
+async fn connect_any(urls: &[String], name: &str) -> Result<(Connection, Secret), Unreachable> {
     let mut last = String::from("no broker URL configured");
     let first = std::process::id() as usize % urls.len().max(1);
     for url in urls.iter().cycle().skip(first).take(urls.len()) {
@@ -399,7 +410,7 @@ pub(crate) async fn connect_once(urls: &[String], name: &str) -> Result<Connecti
         let err = match attempt.await {
             Ok(Ok(conn)) => {
                 info!(url = %redact(url), "connected to RabbitMQ");
-                return Ok(conn);
+                return Ok((conn, Secret::new(url.as_str())));
             }
             Ok(Err(err)) => err.to_string(),
             Err(_) => format!("no connection within {}s", CONNECT_TIMEOUT.as_secs()),
@@ -417,16 +428,16 @@ pub(crate) async fn connect_once(urls: &[String], name: &str) -> Result<Connecti
     })
 }
 
-/// Tries the URLs in turn until one answers, waiting with backoff between rounds. Only
-/// cancellation (dropping the future) stops it.
+/// Tries the URLs in turn until one answers, waiting with backoff between rounds; says which
+/// answered. Only cancellation (dropping the future) stops it.
 pub(crate) async fn connect_forever(
     urls: &[String],
     name: &str,
     backoff: &mut Backoff,
-) -> Connection {
+) -> (Connection, Secret) {
     loop {
-        match connect_once(urls, name).await {
-            Ok(conn) => return conn,
+        match connect_any(urls, name).await {
+            Ok(connected) => return connected,
             Err(err) => {
                 let wait = backoff.next_delay();
                 warn!(

@@ -8,6 +8,8 @@
 
 mod admin;
 mod broker;
+/// The host's own consume connection, public for the throughput bench.
+pub use broker::wire;
 pub mod capability;
 pub mod cli;
 pub mod commands;

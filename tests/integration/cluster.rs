@@ -198,12 +198,21 @@ async fn cluster_three_hosts_lose_nothing_when_a_node_and_a_host_die() {
     let sub = case.subscription(delay, "");
     let mut hosts: Vec<Host> = (0..3).map(|_| start(&case.p, &sub)).collect();
     case.await_consumers(3, &mut hosts).await;
+    // The topology is declared: the hosts stop while Q fills, so the node and the host die
+    // mid-stream however fast they consume.
+    for host in &mut hosts {
+        assert!(host.terminate().await.success(), "{}", host.log());
+    }
     let messages: Vec<_> = (0..MESSAGES)
         .map(|i| case.message(i, i % 10 == 0))
         .collect();
     let started = Instant::now();
     case.publish(&messages).await;
     println!("published {MESSAGES} in {:?}", started.elapsed());
+    for host in &mut hosts {
+        host.respawn();
+    }
+    case.await_consumers(3, &mut hosts).await;
 
     // The node leading Q dies mid-stream.
     let mut alive: Vec<&mut Host> = hosts.iter_mut().collect();

@@ -1,6 +1,7 @@
 //! A TCP forwarder for tests: listens on 127.0.0.1 (a free port), passes every connection on to
-//! the broker, counts the connections it accepted, and can cut all current ones (a network
-//! failure as the client sees it). Point a service at `url()` to watch its connections.
+//! the broker, counts the connections clients opened (not a host's consume connections), and
+//! can cut all current ones (a network failure as the client sees it). Point a service at
+//! `url()` to watch its connections.
 //! Optionally it rewrites the frames the broker sends, to deliver what the broker itself would
 //! refuse to carry, or plays the broker blocking publishing (a resource alarm) for its clients
 //! alone, so a test needs no alarm on the whole broker.
@@ -8,10 +9,12 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -25,7 +28,7 @@ pub type Rewrite = Arc<dyn Fn(u8, &mut [u8]) + Send + Sync>;
 pub struct Forwarder {
     addr: SocketAddr,
     target: Target,
-    accepted: Arc<AtomicUsize>,
+    opened: Arc<AtomicUsize>,
     /// Cancelled to cut the connections accepted so far; replaced by a fresh token then.
     cut: Arc<Mutex<CancellationToken>>,
     stop: CancellationToken,
@@ -100,21 +103,21 @@ impl Forwarder {
     async fn start_down(target: Target, down: Down) -> Forwarder {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
-        let accepted = Arc::new(AtomicUsize::new(0));
+        let opened = Arc::new(AtomicUsize::new(0));
         let cut = Arc::new(Mutex::new(CancellationToken::new()));
         let stop = CancellationToken::new();
         tokio::spawn(accept_loop(
             listener,
             target.addr.clone(),
             down,
-            accepted.clone(),
+            opened.clone(),
             cut.clone(),
             stop.clone(),
         ));
         Forwarder {
             addr,
             target,
-            accepted,
+            opened,
             cut,
             stop,
             gate: None,
@@ -131,9 +134,11 @@ impl Forwarder {
         self.target.url_at(self.addr)
     }
 
-    /// Connections accepted so far.
+    /// Connections opened so far (counted once the client's `connection.start-ok` has passed),
+    /// not counting a host's consume connections: a test asking whether the host reconnected
+    /// means the connection it publishes and declares on.
     pub fn connections(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
+        self.opened.load(Ordering::SeqCst)
     }
 
     /// Closes every connection accepted so far, both ways; new ones are forwarded as before.
@@ -154,7 +159,7 @@ async fn accept_loop(
     listener: TcpListener,
     upstream: String,
     down: Down,
-    accepted: Arc<AtomicUsize>,
+    opened: Arc<AtomicUsize>,
     cut: Arc<Mutex<CancellationToken>>,
     stop: CancellationToken,
 ) {
@@ -166,22 +171,23 @@ async fn accept_loop(
                 Err(_) => continue,
             },
         };
-        accepted.fetch_add(1, Ordering::SeqCst);
         let cut = cut.lock().expect("not poisoned").clone();
         let (stop, upstream, down) = (stop.clone(), upstream.clone(), down.clone());
+        let opened = opened.clone();
         tokio::spawn(async move {
             let Ok(server) = TcpStream::connect(&upstream).await else {
                 return; // The client sees the connection close.
             };
+            let (client_rx, mut client_tx) = client.into_split();
+            let mut client_rx = Sniff::new(client_rx, opened);
             if let Down::Gate(gate) = &down {
                 tokio::select! {
                     _ = stop.cancelled() => {}
                     _ = cut.cancelled() => {}
-                    _ = gated(client, server, gate.clone()) => {}
+                    _ = gated(client_rx, client_tx, server, gate.clone()) => {}
                 }
                 return;
             }
-            let (mut client_rx, mut client_tx) = client.into_split();
             let (mut server_rx, mut server_tx) = server.into_split();
             let down = async {
                 match down {
@@ -247,6 +253,65 @@ async fn copy_frames(
     }
 }
 
+/// The name a host gives its consume connections (`WORKER_CONSUME=own`) ends so.
+const CONSUMING: &[u8] = b"(consuming)";
+
+/// A client's bytes on their way to the broker: once its `connection.start-ok` (the first frame
+/// after the 8-byte protocol header) has passed, counts the connection unless its name says it
+/// is a host's consume connection.
+struct Sniff<R> {
+    inner: R,
+    /// The bytes so far, until the start-ok is whole.
+    head: Vec<u8>,
+    /// Taken once the start-ok was read.
+    opened: Option<Arc<AtomicUsize>>,
+}
+
+impl<R> Sniff<R> {
+    fn new(inner: R, opened: Arc<AtomicUsize>) -> Sniff<R> {
+        Sniff {
+            inner,
+            head: Vec::new(),
+            opened: Some(opened),
+        }
+    }
+
+    fn saw(&mut self, bytes: &[u8]) {
+        if self.opened.is_none() {
+            return;
+        }
+        self.head.extend_from_slice(bytes);
+        let Some(size) = self.head.get(11..15) else {
+            return;
+        };
+        let size = u32::from_be_bytes([size[0], size[1], size[2], size[3]]) as usize;
+        if self.head.len() < 8 + 7 + size + 1 {
+            return;
+        }
+        let opened = self.opened.take().expect("checked above");
+        if !self.head.windows(CONSUMING.len()).any(|w| w == CONSUMING) {
+            opened.fetch_add(1, Ordering::SeqCst);
+        }
+        self.head = Vec::new();
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Sniff<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            this.saw(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
 /// Whether a blocking forwarder blocks publishing, and what its clients did meanwhile.
 struct Gate {
     blocked: watch::Sender<bool>,
@@ -271,8 +336,12 @@ const FRAME_END: u8 = 0xce;
 /// `connection.blocked` / `connection.unblocked` put between them when the gate changes; the
 /// client's frames go to the broker, but while blocked everything from a `basic.publish` on is
 /// held until unblocked. Ends once the client has gone and nothing is held any more.
-async fn gated(client: TcpStream, server: TcpStream, gate: Arc<Gate>) {
-    let (mut client_rx, client_tx) = client.into_split();
+async fn gated(
+    mut client_rx: Sniff<impl AsyncRead + Unpin + Send + 'static>,
+    client_tx: impl AsyncWrite + Unpin,
+    server: TcpStream,
+    gate: Arc<Gate>,
+) {
     let (server_rx, mut server_tx) = server.into_split();
     // The protocol header comes first, before any frame.
     let mut header = [0u8; 8];

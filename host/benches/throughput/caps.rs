@@ -236,6 +236,7 @@ async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> Option<f64> {
     let extra = Extra {
         sections: format!("[state]\ndir = \"{}\"\n{}", state.display(), case.sections),
         subscription: case.grant.to_string(),
+        ..Extra::default()
     };
     let plugin = Plugin::File(probe);
     let conn = connect().await;

@@ -91,6 +91,7 @@ impl Ctx<'_> {
             } else {
                 String::new()
             },
+            ..Extra::default()
         }
     }
 

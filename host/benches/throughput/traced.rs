@@ -45,5 +45,6 @@ pub(super) fn extra(addr: &str) -> Extra {
     Extra {
         sections: format!("[tracing]\notlp = \"http://{addr}\"\n"),
         subscription: String::new(),
+        ..Extra::default()
     }
 }

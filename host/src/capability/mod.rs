@@ -38,6 +38,12 @@ pub(crate) trait Capability: Default + Send + 'static {
     /// Ends the message: on `ok` its effects are committed (an error means they were not),
     /// otherwise undone. Leaves the state as `Default` until the next `begin`.
     fn finish(&mut self, ok: bool) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Whether [`Capability::finish`] has anything to commit or undo. A capability whose
+    /// effects take place when made holds none; dropping its state ends the message as well.
+    fn holds_effects(&self) -> bool {
+        false
+    }
 }
 
 /// The store data of a component instance, as the capabilities see it.
@@ -69,6 +75,11 @@ impl Instances {
         self.http.begin(granted.http.clone(), scope);
         self.kv.begin(granted.kv.clone(), scope);
         self.sql.begin(granted.sql.clone(), scope);
+    }
+
+    /// Whether any capability has effects to commit or undo.
+    fn hold_effects(&self) -> bool {
+        self.http.holds_effects() || self.kv.holds_effects() || self.sql.holds_effects()
     }
 
     /// Commits (on ok) or undoes every capability's effects; the first commit error wins.
@@ -116,6 +127,13 @@ impl Effects {
             instances: std::mem::take(instances),
             dry,
         }
+    }
+
+    /// Whether finishing has nothing to do (no capability holds effects, and with no
+    /// `record` none is to be written): the caller may drop them instead, which saves building
+    /// and boxing the commit's future for every message of a plugin without open effects.
+    pub(crate) fn is_idle(&self) -> bool {
+        !self.instances.hold_effects()
     }
 
     /// Commits (on ok) or undoes the effects; `record` goes into the SQL transaction. A dry

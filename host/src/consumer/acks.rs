@@ -7,18 +7,42 @@
 //! nothing acked yet. A settled message stuck behind a slow one is not held for long: after
 //! [`MAX_HOLD`], or once too many wait, the waiting ones are acked one by one, so a single slow
 //! call never eats the prefetch window.
+//!
+//! Calls run in place on the host's own consume thread (`inline`) settle quietly: the thread
+//! flushes the book itself after each read ([`Acks::flush`]), so the ack task is not woken per
+//! read. On that connection every ack is queued for the thread while the book is locked,
+//! whoever takes it from the book, so they leave in the order they were taken.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lapin::Channel;
-use lapin::options::{BasicAckOptions, BasicNackOptions};
 use tokio::sync::Notify;
 use tracing::{debug, error};
 
+use super::source::Channel;
+
 /// Longest a settled message waits for a lower tag before it is acked on its own.
 const MAX_HOLD: Duration = Duration::from_millis(50);
+
+thread_local! {
+    /// Set while this thread runs calls in place: their settles do not wake the ack task, as
+    /// the thread flushes the book itself once they are done.
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with settles on this thread not waking the ack task; flush the book after it.
+pub(super) fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            QUIET.with(|q| q.set(self.0));
+        }
+    }
+    let _reset = Reset(QUIET.with(|q| q.replace(true)));
+    f()
+}
 
 /// Where one delivery stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,11 +117,37 @@ impl Book {
     }
 }
 
+impl Book {
+    /// Everything to send now, the multiple-ack first (every tag acked alone lies above it),
+    /// and when to look again otherwise.
+    fn take_due(&mut self, hold_limit: usize, now: Instant) -> (Vec<(u64, bool)>, Option<Instant>) {
+        let multiple = self.take_prefix();
+        let (single, recheck) = self.take_stuck(hold_limit, now);
+        let sends = multiple
+            .map(|tag| (tag, true))
+            .into_iter()
+            .chain(single.into_iter().map(|tag| (tag, false)))
+            .collect();
+        (sends, recheck)
+    }
+}
+
 struct Shared {
     book: Mutex<Book>,
     wake: Notify,
     /// The consumer channel the deliveries came on.
-    channel: Channel,
+    channel: Arc<Channel>,
+    hold_limit: usize,
+}
+
+/// What the ack task takes from the book in one look.
+struct Due {
+    /// Still to send (a lapin channel; on the host's own connection they were queued already).
+    sends: Vec<(u64, bool)>,
+    recheck: Option<Instant>,
+    closing: bool,
+    /// The own connection's thread had ended when they were queued.
+    gone: Option<String>,
 }
 
 /// A consumer channel's ack book; cheap to clone into handler tasks.
@@ -110,7 +160,7 @@ impl Acks {
     /// Starts the ack task of `channel`. Settled messages wait at most [`MAX_HOLD`]; no more
     /// than `hold_limit` of them wait behind an unsettled one.
     pub(super) fn start(
-        channel: Channel,
+        channel: Arc<Channel>,
         hold_limit: usize,
     ) -> (Acks, tokio::task::JoinHandle<()>) {
         let acks = Acks {
@@ -118,9 +168,10 @@ impl Acks {
                 book: Mutex::new(Book::default()),
                 wake: Notify::new(),
                 channel,
+                hold_limit: hold_limit.max(1),
             }),
         };
-        let task = tokio::spawn(acks.clone().run(hold_limit.max(1)));
+        let task = tokio::spawn(acks.clone().run());
         (acks, task)
     }
 
@@ -148,23 +199,51 @@ impl Acks {
             book.settled += 1;
         }
         drop(book);
-        self.shared.wake.notify_one();
+        if !QUIET.with(Cell::get) {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// On the host's own consume thread, after calls ran in place: queues the acks due now
+    /// (the thread sends them before it waits again). The ack task is woken only when settled
+    /// messages are left waiting behind a lower tag, for their [`MAX_HOLD`].
+    pub(super) fn flush(&self) {
+        let due = self.take_due();
+        debug_assert!(
+            due.sends.is_empty(),
+            "flush is for the host's own connection"
+        );
+        if due.recheck.is_some() {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Takes what is due from the book; on the host's own connection queues it for the
+    /// consume thread before the book is unlocked.
+    fn take_due(&self) -> Due {
+        let mut book = self.book();
+        let (mut sends, recheck) = book.take_due(self.shared.hold_limit, Instant::now());
+        let mut gone = None;
+        if let Channel::Own(settler) = &*self.shared.channel {
+            for (tag, multiple) in sends.drain(..) {
+                settler.ack(tag, multiple);
+            }
+            if !settler.is_open() {
+                gone = Some("the consume connection is closed".to_string());
+            }
+        }
+        Due {
+            sends,
+            recheck,
+            closing: book.closing,
+            gone,
+        }
     }
 
     /// Requeues it. The nack is sent before the tag leaves the book, so no multiple-ack can
     /// cover it first.
-    pub(super) async fn nack_requeue(&self, tag: u64) -> Result<(), lapin::Error> {
-        let sent = self
-            .shared
-            .channel
-            .basic_nack(
-                tag,
-                BasicNackOptions {
-                    requeue: true,
-                    ..BasicNackOptions::default()
-                },
-            )
-            .await;
+    pub(super) async fn nack_requeue(&self, tag: u64) -> Result<(), String> {
+        let sent = self.shared.channel.requeue(tag).await;
         if let Some(slot) = self.book().slot(tag) {
             *slot = Slot::Done;
         }
@@ -179,7 +258,7 @@ impl Acks {
         self.shared.wake.notify_one();
     }
 
-    async fn run(self, hold_limit: usize) {
+    async fn run(self) {
         let mut recheck: Option<Instant> = None;
         loop {
             match recheck {
@@ -190,21 +269,14 @@ impl Acks {
             }
             // Let handler tasks that are ready settle too, so one ack covers them all.
             tokio::task::yield_now().await;
-            let (multiple, single, closing) = {
-                let mut book = self.book();
-                let multiple = book.take_prefix();
-                let (single, next) = book.take_stuck(hold_limit, Instant::now());
-                recheck = next;
-                (multiple, single, book.closing)
-            };
-            // The batch first: every tag acked alone lies above it.
-            let sends = multiple
-                .map(|tag| (tag, true))
-                .into_iter()
-                .chain(single.into_iter().map(|tag| (tag, false)));
-            for (tag, multiple) in sends {
-                let options = BasicAckOptions { multiple };
-                if let Err(err) = self.shared.channel.basic_ack(tag, options).await {
+            let due = self.take_due();
+            recheck = due.recheck;
+            if let Some(err) = due.gone {
+                error!("acks not sent, the broker will redeliver: {err}");
+                return;
+            }
+            for (tag, multiple) in due.sends {
+                if let Err(err) = self.shared.channel.ack(tag, multiple).await {
                     // The channel is gone: the broker redelivers, which may duplicate publishes.
                     error!(
                         delivery_tag = tag,
@@ -213,7 +285,7 @@ impl Acks {
                     return;
                 }
             }
-            if closing {
+            if due.closing {
                 let left = self.book().slots.len();
                 if left > 0 {
                     debug!(

@@ -5,12 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lapin::BasicProperties;
-use lapin::message::Delivery;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use super::Subscriber;
-use crate::broker;
+use crate::broker::Delivery;
 use crate::plugin::{Input, Meta};
 
 /// What the consumer keeps of a delivery besides the plugin's input.
@@ -30,24 +29,22 @@ impl Subscriber {
     pub(super) fn receive(&self, delivery: Delivery) -> (Arc<Input>, Received) {
         let at = Instant::now();
         let Delivery {
-            delivery_tag,
+            tag,
             exchange,
             routing_key,
             redelivered,
             properties,
-            data,
-            // Unused: acks go through `acks`, on the consumer channel.
-            ..
+            body,
         } = delivery;
         let meta = Meta::of(
             &self.sub.queue,
-            exchange.as_str(),
-            routing_key.as_str(),
+            &exchange,
+            &routing_key,
             redelivered,
             &properties,
         );
         let input = Arc::new(Input {
-            body: data.into(),
+            body: body.into(),
             meta,
             config_json: self.config_json.clone(),
             publish: self.policy.clone(),
@@ -55,8 +52,8 @@ impl Subscriber {
         });
         let received = Received {
             calls: input.meta.attempt,
-            tag: delivery_tag,
-            routing_key: routing_key.to_string(),
+            tag,
+            routing_key,
             redelivered,
             properties,
             at,
@@ -90,10 +87,10 @@ impl Default for ChannelDeath {
 }
 
 impl ChannelDeath {
-    /// Records the error that ended the consumer's deliveries.
-    pub(super) fn record(&self, err: &lapin::Error) {
-        let text = broker::describe(err);
-        let consumer_timeout = if broker::is_channel_error(err) {
+    /// Records the error that ended the consumer's deliveries: the broker's text, and
+    /// whether it closed only the channel (as the consumer timeout does).
+    pub(super) fn record(&self, text: String, channel_only: bool) {
+        let consumer_timeout = if channel_only {
             consumer_timeout(&text)
         } else {
             None

@@ -4,20 +4,21 @@
 //! deliveries, so the death of the channel is heard at once even while every slot is busy.
 
 use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
-use futures_util::{FutureExt as _, StreamExt as _};
-use lapin::message::Delivery;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Subscriber;
+use super::inline::Inline;
 use super::pace;
+use super::pipeline::Call;
 use super::settle::Settler;
+use super::source::{Deliveries, Ended};
+use crate::broker::Delivery;
 
 /// Most deliveries taken from lapin in one go before the calls run.
 const TAKE_AT_ONCE: usize = 256;
@@ -29,11 +30,15 @@ pub(super) struct Run {
     pub tasks: TaskTracker,
     /// Calls that run in the dispatch loop's task.
     pub here: Here,
+    /// The handler slots: never more than `concurrency` calls at once, wherever they run.
+    pub slots: Arc<Semaphore>,
+    /// On the host's own consume connection: calls run in place on its thread.
+    pub inline: Option<Inline>,
 }
 
 /// The calls run in the consumer's own task, polled by the dispatch loop.
 #[derive(Default)]
-pub(super) struct Here(FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>>);
+pub(super) struct Here(FuturesUnordered<Call>);
 
 impl Here {
     /// Runs the calls left until each has settled its message.
@@ -52,7 +57,7 @@ impl Run {
         // Every handler has settled: the last acks go out before the channel closes.
         self.settler.acks.close();
         let _ = ack_task.await;
-        let _ = self.settler.channel.close(200, "bye".into()).await;
+        self.settler.channel.close().await;
     }
 }
 
@@ -62,12 +67,10 @@ impl Subscriber {
     pub(super) async fn dispatch(
         self: &Arc<Self>,
         run: &mut Run,
-        deliveries: &mut lapin::Consumer,
+        deliveries: &mut Deliveries,
         cancel: &CancellationToken,
-        probing: bool,
     ) -> anyhow::Result<()> {
-        let concurrency = if probing { 1 } else { self.sub.concurrency };
-        let slots = Arc::new(Semaphore::new(concurrency as usize));
+        let slots = run.slots.clone();
         let publisher = run.settler.link.publisher.clone();
         // Taken from lapin (which holds at most the prefetch window anyway), not started yet.
         let mut waiting: VecDeque<Delivery> = VecDeque::new();
@@ -89,26 +92,11 @@ impl Subscriber {
                 biased;
                 _ = cancel.cancelled() => return Ok(()),
                 Some(()) = run.here.0.next(), if !run.here.0.is_empty() => {}
-                next = deliveries.next() => {
-                    // Everything lapin has now, so the calls of one read start together and
-                    // settle under one ack.
-                    let mut next = next;
-                    loop {
-                        match next {
-                            Some(Ok(delivery)) => waiting.push_back(delivery),
-                            Some(Err(err)) => {
-                                run.settler.death.record(&err);
-                                return Err(self.deliveries_ended(&run.settler).await);
-                            }
-                            None => return Err(self.deliveries_ended(&run.settler).await),
-                        }
-                        if waiting.len() >= TAKE_AT_ONCE {
-                            break;
-                        }
-                        match deliveries.next().now_or_never() {
-                            Some(more) => next = more,
-                            None => break,
-                        }
+                // Everything there is now, so the calls of one read start together and settle
+                // under one ack.
+                taken = deliveries.take(&mut waiting, TAKE_AT_ONCE) => {
+                    if let Err(ended) = taken {
+                        return Err(self.deliveries_ended(&run.settler, ended).await);
                     }
                 }
                 // A slot freed by a call on its own task.
@@ -124,12 +112,10 @@ impl Subscriber {
 
     /// Starts the call of `delivery`: here when calls are short, else on a task of its own.
     fn start(self: &Arc<Self>, run: &Run, delivery: Delivery, permit: OwnedSemaphorePermit) {
-        run.settler.acks.received(delivery.delivery_tag);
-        let this = self.clone();
-        let settler = run.settler.clone();
-        // Boxed: the call's future is ~6 KiB, and spawning moves the task's future several
-        // times, a memcpy each (with 22 KiB, a quarter of the host's CPU).
-        let call = async move { this.handle(delivery, &settler, permit).await }.boxed();
+        if let Some(inline) = &run.inline {
+            inline.started_forwarded();
+        }
+        let call = self.call(&run.settler, delivery, permit);
         if self.pace.short() {
             run.here.0.push(call);
         } else {
@@ -157,12 +143,21 @@ impl Subscriber {
 
     /// Why the deliveries ended: the channel died, or the broker cancelled the consumer (its
     /// queue was deleted: declared again before the consumer restarts).
-    async fn deliveries_ended(&self, settler: &Settler) -> anyhow::Error {
+    async fn deliveries_ended(&self, settler: &Settler, ended: Ended) -> anyhow::Error {
         let queue = self.sub.queue.as_str();
+        let cancelled = match ended {
+            Ended::Failed { text, channel_only } => {
+                settler.death.record(text, channel_only);
+                false
+            }
+            Ended::Cancelled => true,
+            // lapin ends the stream without an error on a cancel, with the channel still open.
+            Ended::Closed => settler.channel.connected(),
+        };
         if let Some(text) = settler.death.text() {
             return anyhow::anyhow!("consuming {queue}: {text}");
         }
-        if settler.channel.status().connected() {
+        if cancelled {
             let why = format!("the broker cancelled the consumer of \"{queue}\"");
             let _ = settler.link.keeper.repair(&why).await;
             return anyhow::anyhow!("{why}");

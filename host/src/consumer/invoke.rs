@@ -58,6 +58,9 @@ impl Subscriber {
             Failpoint::BeforeCommit.hit();
         }
         let effects = std::mem::take(&mut invocation.effects);
+        if record.is_none() && effects.is_idle() {
+            return;
+        }
         if let Err(why) = Box::pin(effects.finish(ok, record.as_ref())).await
             && ok
         {

@@ -10,6 +10,7 @@
 mod acks;
 mod delivery;
 mod dispatch;
+mod inline;
 mod invoke;
 mod pace;
 mod pause;
@@ -17,6 +18,7 @@ mod pipeline;
 mod precheck;
 mod publish;
 mod settle;
+mod source;
 mod strikes;
 
 use std::sync::Arc;
@@ -24,22 +26,22 @@ use std::sync::Arc;
 use self::acks::Acks;
 use self::delivery::ChannelDeath;
 use self::dispatch::Run;
+use self::inline::Inline;
 use self::pace::Pace;
 use self::pause::{Breaker, Turn};
 use self::settle::Settler;
 use self::strikes::Strikes;
-use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use lapin::Connection;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
-use lapin::types::FieldTable;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use crate::broker::{self, Publisher};
+use self::source::{Channel, Deliveries};
+use crate::broker::Publisher;
 use crate::capability::Granted;
-use crate::config::{Exchanges, InstanceMode, Subscription};
+use crate::config::{Exchanges, InstanceMode, Secret, Subscription};
 use crate::delay::Delayer;
 use crate::metrics::{Metrics, QueueMetrics};
 use crate::outbox::Outbox;
@@ -53,6 +55,19 @@ pub(crate) struct Link {
     pub conn: Arc<Connection>,
     pub publisher: Arc<Publisher>,
     pub keeper: Arc<Keeper>,
+    /// Set when each consumer takes its deliveries on a consume connection of the host's own
+    /// (`broker::wire`) instead of a channel of `conn`.
+    pub own: Option<Arc<OwnConsume>>,
+    /// Calls of runs whose own consume connection died, finishing meanwhile (their results
+    /// are dropped: the broker redelivers) while the consumer starts again at once.
+    pub orphans: TaskTracker,
+}
+
+/// Where the host's own consume connections go: the broker URL `conn` answered on, and the
+/// name the broker lists them under.
+pub(crate) struct OwnConsume {
+    pub url: Secret,
+    pub name: String,
 }
 
 /// Everything a subscription's consumer needs; lives across reconnects and reloads.
@@ -182,81 +197,96 @@ impl Subscriber {
         probing: bool,
     ) -> anyhow::Result<()> {
         let link = link.clone();
-        let (channel, mut deliveries) = self.open(&link, probing).await?;
-        let tag = deliveries.tag();
+        // One message at a time when probing: through the dispatch loop alone.
+        let inline = (link.own.is_some() && !probing).then(Inline::default);
+        let (channel, mut deliveries, tag) = self.open(&link, probing, inline.as_ref()).await?;
         let queue = self.sub.queue.as_str();
-        debug!(queue, consumer_tag = %tag, "consuming");
+        debug!(queue, consumer_tag = %tag, own = link.own.is_some(), "consuming");
 
+        let channel = Arc::new(channel);
         let (acks, ack_task) = Acks::start(channel.clone(), self.hold_limit());
+        let concurrency = if probing { 1 } else { self.sub.concurrency };
         let mut run = Run {
             settler: Arc::new(Settler {
                 link,
-                channel: Arc::new(channel),
+                channel,
                 acks,
                 death: Arc::new(ChannelDeath::default()),
             }),
             tasks: TaskTracker::new(),
             here: Default::default(),
+            slots: Arc::new(Semaphore::new(concurrency as usize)),
+            inline,
         };
         let sweeping = cancel.child_token();
         run.tasks.spawn(
             self.clone()
                 .sweep(run.settler.link.clone(), sweeping.clone()),
         );
-        let result = self
-            .dispatch(&mut run, &mut deliveries, &cancel, probing)
-            .await;
+        if let Some(inline) = &run.inline {
+            inline.arm(&self, &run.settler, &run.slots, &run.tasks, &cancel);
+        }
+        let result = self.dispatch(&mut run, &mut deliveries, &cancel).await;
+        // No call starts in place once this returns, and none is being polled there.
+        if let Some(inline) = &run.inline {
+            inline.disarm();
+        }
         sweeping.cancel();
         // Stop new deliveries; what was prefetched but not started goes back when the channel
         // closes. Calls in flight finish (bounded by their timeout) and settle meanwhile.
         if result.is_ok() {
-            let cancelling = run
-                .settler
-                .channel
-                .basic_cancel(tag.clone(), BasicCancelOptions::default());
+            let cancelling = run.settler.channel.cancel(&tag);
             let _ = tokio::join!(cancelling, run.here.finish());
         }
-        drop(deliveries);
-        run.drain(ack_task).await;
+        let orphans = run.settler.link.orphans.clone();
+        let own = matches!(deliveries, Deliveries::Own(_));
+        let drained = async move {
+            run.drain(ack_task).await;
+            if let Deliveries::Own(feed) = deliveries {
+                feed.close().await;
+            }
+        };
+        if result.is_err() && own {
+            // The consume connection is gone: its calls' results go nowhere, and waiting for
+            // them would leave the queue without a consumer for up to their timeout.
+            orphans.spawn(drained);
+        } else {
+            drained.await;
+        }
         result
     }
 
-    /// Opens the consumer channel with the prefetch and starts consuming. A missing queue is
+    /// Opens the consumer's channel (on the link's connection, or a connection of its own)
+    /// with the prefetch and starts consuming; says the consumer tag. A missing queue is
     /// handed to the keeper to declare again, so the restart that follows finds it.
     async fn open(
         &self,
         link: &Link,
         probing: bool,
-    ) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
+        inline: Option<&Inline>,
+    ) -> anyhow::Result<(Channel, Deliveries, String)> {
         let queue = self.sub.queue.as_str();
-        let channel = link
-            .conn
-            .create_channel()
-            .await
-            .context("opening a consumer channel")?;
-        channel
-            .basic_qos(
-                if probing { 1 } else { self.sub.prefetch },
-                BasicQosOptions::default(),
-            )
-            .await
-            .context("setting prefetch")?;
-        let consumed = channel
-            .basic_consume(
-                queue.into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await;
-        match consumed {
-            Ok(deliveries) => Ok((channel, deliveries)),
-            Err(err) => {
-                if broker::is_not_found(&err) {
+        let prefetch = if probing { 1 } else { self.sub.prefetch };
+        let opened = match &link.own {
+            Some(own) => {
+                let hook = inline.map(Inline::hook);
+                source::open_own(own.url.expose(), &own.name, queue, prefetch, hook).await
+            }
+            None => source::open_lapin(link, queue, prefetch)
+                .await
+                .map(|(c, d)| {
+                    let tag = d.tag("");
+                    (c, d, tag)
+                }),
+        };
+        match opened {
+            Ok(opened) => Ok(opened),
+            Err(failed) => {
+                if failed.missing {
                     let why = format!("queue \"{queue}\" is missing");
                     let _ = link.keeper.repair(&why).await;
                 }
-                Err(anyhow::Error::new(err).context(format!("consuming {queue}")))
+                Err(failed.error)
             }
         }
     }

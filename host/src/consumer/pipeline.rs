@@ -5,16 +5,18 @@
 //! the subscriber is only their setup. Never fails: problems are logged and the message is left
 //! for the broker to redeliver.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lapin::message::Delivery;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::Subscriber;
 use super::delivery::Received;
 use super::settle::Settler;
+use crate::broker::Delivery;
 use crate::outbox::Outbound;
 use crate::outcome::Decision;
 use crate::plugin::Input;
@@ -39,6 +41,11 @@ pub(super) enum Precheck {
 }
 
 impl Verdict {
+    /// An ok with nothing to publish: the publish stage has nothing to do.
+    pub(super) fn sends_nothing(&self) -> bool {
+        matches!(self.decision, Decision::Ack) && self.outbound.is_empty()
+    }
+
     /// A decision made without the plugin.
     pub(super) fn without_call(decision: Decision) -> Verdict {
         Verdict {
@@ -50,7 +57,25 @@ impl Verdict {
     }
 }
 
+/// One delivery's run, boxed: spawning moves a task's future several times, a memcpy each
+/// (unboxed, with 22 KiB, that was a quarter of the host's CPU).
+pub(super) type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 impl Subscriber {
+    /// The run of `delivery`, entered in the ack book (in delivery order: every delivery is
+    /// started through here, in the order it came).
+    pub(super) fn call(
+        self: &Arc<Self>,
+        settler: &Arc<Settler>,
+        delivery: Delivery,
+        permit: OwnedSemaphorePermit,
+    ) -> Call {
+        settler.acks.received(delivery.tag);
+        let this = self.clone();
+        let settler = settler.clone();
+        Box::pin(async move { this.handle(delivery, &settler, permit).await })
+    }
+
     /// Runs one delivery through the stages.
     pub(super) async fn handle(
         &self,
@@ -102,9 +127,13 @@ impl Subscriber {
             return;
         }
         let answered = verdict.elapsed;
-        let settled = self
-            .publish(verdict, &input, &received, &plugin, &settler.link)
-            .await;
+        // The publish stage's future is most of this one's size (3.6 KiB of 5.2): boxed, and
+        // skipped for an ok that sends nothing, so the common call moves a small future.
+        let settled = if self.outbox.is_none() && verdict.sends_nothing() {
+            Ok(verdict.decision)
+        } else {
+            Box::pin(self.publish(verdict, &input, &received, &plugin, &settler.link)).await
+        };
         // Only plugin answers count towards pause_after; a broker that refused is not one.
         if let (Some(_), Ok(decision)) = (answered, &settled) {
             self.breaker.answered(matches!(decision, Decision::Ack));

@@ -10,6 +10,7 @@ use tracing::{Span, debug, error, warn};
 
 use super::acks::Acks;
 use super::delivery::{ChannelDeath, Received, identity};
+use super::source::Channel;
 use super::{Link, Subscriber};
 use crate::broker::PublishError;
 use crate::metrics::Settled;
@@ -21,16 +22,15 @@ use crate::telemetry;
 pub(super) struct Settler {
     pub link: Link,
     pub acks: Acks,
-    /// The consumer channel the deliveries came on. Shared: cloning a `lapin::Channel` per
-    /// delivery cloned a dozen `Arc`s.
-    pub channel: Arc<lapin::Channel>,
+    /// The consumer channel the deliveries came on.
+    pub channel: Arc<Channel>,
     pub death: Arc<ChannelDeath>,
 }
 
 impl Settler {
     /// Whether the consumer channel is still open (a message can still be acked).
     pub(super) fn connected(&self) -> bool {
-        self.channel.status().connected()
+        self.channel.connected()
     }
 }
 

@@ -209,9 +209,9 @@ impl Service {
         let mut first = true;
         loop {
             let urls = &self.state.config.broker.urls;
-            let conn = tokio::select! {
+            let (conn, url) = tokio::select! {
                 _ = &mut shutdown => return Ok(()),
-                conn = broker::connect_forever(urls, &self.name, &mut self.backoff) => Arc::new(conn),
+                (conn, url) = broker::connect_forever(urls, &self.name, &mut self.backoff) => (Arc::new(conn), url),
             };
             let plan = Plan::from_config(&self.state.config);
             let declared = tokio::select! {
@@ -237,7 +237,8 @@ impl Service {
             }
             first = false;
             self.backoff.reset();
-            if self.session(conn, plan, shutdown.as_mut()).await == session::Ended::Shutdown {
+            if self.session((conn, url), plan, shutdown.as_mut()).await == session::Ended::Shutdown
+            {
                 return Ok(());
             }
             warn!("lost the broker; reconnecting");

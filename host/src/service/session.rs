@@ -10,12 +10,14 @@ use lapin::Connection;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use super::consumers::{Consumers, Ended as ConsumerEnded};
 use super::{Service, Shutdown, close_within, config_change};
 use crate::broker::{self, Blocked, Publisher};
-use crate::consumer::Link;
+use crate::config::Secret;
+use crate::consumer::{Link, OwnConsume};
 use crate::reload::Change;
 use crate::topology::{Keeper, Plan};
 
@@ -31,7 +33,7 @@ impl Service {
     /// shutdown or until the connection is lost.
     pub(super) async fn session(
         &mut self,
-        conn: Arc<Connection>,
+        (conn, url): (Arc<Connection>, Secret),
         plan: Plan,
         shutdown: Shutdown<'_>,
     ) -> Ended {
@@ -42,6 +44,8 @@ impl Service {
             publisher: Arc::new(Publisher::new(conn.clone(), blocked.clone())),
             keeper: Arc::new(Keeper::new(conn.clone(), plan, self.metrics.clone())),
             conn: conn.clone(),
+            own: own_consume(url, &self.name),
+            orphans: TaskTracker::new(),
         };
         self.metrics.set_blocked(None);
         self.metrics.set_connected(true);
@@ -69,6 +73,8 @@ impl Service {
         helpers_ended.await;
         self.orphaned.spawn(async move {
             consumers.drain().await;
+            link.orphans.close();
+            link.orphans.wait().await;
             close_within(
                 &link.conn,
                 Duration::from_secs(5),
@@ -93,6 +99,8 @@ impl Service {
         let grace = self.state.config.broker.shutdown_timeout;
         let drain = async {
             tokio::join!(helpers_ended, consumers.drain());
+            link.orphans.close();
+            link.orphans.wait().await;
             link.publisher.close().await;
             let _ = link.conn.close(200, "worker-host stopping".into()).await;
         };
@@ -220,6 +228,21 @@ impl Service {
         self.metrics
             .set_consumers(self.state.subscribers.len(), consumers.running.len());
     }
+}
+
+/// Each consumer takes its deliveries on a consume connection of the host's own (the batch
+/// consumer, docs/performance.md) unless this is `lapin`: then on a channel of the service's
+/// connection, as `amqps://` URLs always do (that connection does not speak TLS yet).
+const CONSUME_ENV: &str = "WORKER_CONSUME";
+
+fn own_consume(url: Secret, name: &str) -> Option<Arc<OwnConsume>> {
+    let wanted = std::env::var(CONSUME_ENV).map_or(true, |v| v != "lapin");
+    (wanted && url.expose().starts_with("amqp://")).then(|| {
+        Arc::new(OwnConsume {
+            url,
+            name: format!("{name} (consuming)"),
+        })
+    })
 }
 
 /// Tasks that live as long as one connection.

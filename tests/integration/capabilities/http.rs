@@ -45,6 +45,16 @@ impl Hits {
     pub(crate) fn all(&self) -> Vec<Hit> {
         self.0.lock().expect("hits").clone()
     }
+
+    /// How many requests asked for `path`.
+    pub(crate) fn to(&self, path: &str) -> usize {
+        self.0
+            .lock()
+            .expect("hits")
+            .iter()
+            .filter(|h| h.path == path)
+            .count()
+    }
 }
 
 /// Starts a test server on 127.0.0.1 (a free port) that records into `hits`.
@@ -62,7 +72,8 @@ pub(crate) async fn serve(hits: Hits) -> SocketAddr {
 
 /// Records the request, then answers by path: `/hello`, `/redirect` (302 to `/target`),
 /// `/small` (1000 bytes), `/big` (64 KiB with a content-length), `/big-chunked` (64 KiB without
-/// one), `/hang` (nothing for a minute). It never echoes what it received.
+/// one), `/slow` ("slow" after a second), `/hang` (nothing for a minute). It never echoes what
+/// it received.
 async fn answer(State((hits, port)): State<(Hits, u16)>, req: Request) -> Response {
     let path = req.uri().path().to_owned();
     let headers = req
@@ -92,6 +103,10 @@ async fn answer(State((hits, port)): State<(Hits, u16)>, req: Request) -> Respon
         "/big-chunked" => {
             let chunks = (0..64).map(|_| Ok::<_, std::io::Error>(vec![b'c'; 1024]));
             Body::from_stream(futures_util::stream::iter(chunks)).into_response()
+        }
+        "/slow" => {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            "slow".into_response()
         }
         "/hang" => {
             tokio::time::sleep(Duration::from_secs(60)).await;

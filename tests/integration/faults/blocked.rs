@@ -101,6 +101,83 @@ async fn a_blocked_connection_gets_no_new_calls_or_publishes() {
     probe.stop().await;
 }
 
+/// A call running when the block begins ends during it with ok and nothing to publish: its ack
+/// still goes out during the block (acks are not publishes), so a shutdown meanwhile does not
+/// hand the message to the next host to run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_due_during_a_block_goes_out() {
+    let hits = Hits::default();
+    let web = serve(hits.clone()).await.port();
+    let fwd = Forwarder::blocking().await;
+    let admin = free_addr();
+    let state = tempfile::tempdir().expect("state dir");
+    let subs = [Sub::new(
+        "q",
+        &format!(
+            "allowed_hosts = [\"http://127.0.0.1:{web}\"]\nconcurrency = 1\nprefetch = 4\n\
+             timeout = \"10s\""
+        ),
+    )];
+    let tables = format!("[admin]\nlisten = \"{admin}\"\n");
+    let broker = fwd.url();
+    let env = [("WORKER_BROKER_URL", broker.as_str())];
+    // No `report`: an ok answer publishes nothing, so only its ack is left to write.
+    let mut probe =
+        Probe::start_child_edited("blockack", &subs, state.path(), &tables, &env, |t| {
+            let t = t.replace("[broker]\n", "[broker]\nshutdown_timeout = \"2s\"\n");
+            let report = t
+                .lines()
+                .find(|l| l.starts_with("report = "))
+                .map(str::to_owned);
+            match report {
+                Some(line) => t.replace(&format!("{line}\n"), ""),
+                None => t,
+            }
+        })
+        .await;
+    let queue = format!("{}.q", probe.n.p);
+    let handled = |metrics: &str| {
+        metric(
+            metrics,
+            "worker_messages_total",
+            &format!("queue=\"{queue}\""),
+        )
+    };
+
+    probe
+        .send("q", &script("slow", json!([get(url(web, "/slow"))])))
+        .await;
+    harness::eventually(Duration::from_secs(20), "the slow call started", || async {
+        (hits.to("/slow") == 1).then_some(())
+    })
+    .await;
+    block(&fwd, admin).await;
+    harness::eventually(Duration::from_secs(20), "the slow call handled", || async {
+        let (_, metrics) = http_get(admin, "/metrics").await?;
+        (handled(&metrics) == 1.0).then_some(())
+    })
+    .await;
+    let status = probe.terminate().await;
+    assert!(status.success(), "exit 0: {status:?}\n{}", probe.log());
+    fwd.unblock();
+
+    // A marker behind it, one call at a time: had the slow one come back, it would run first.
+    probe.restart_child(&env).await;
+    probe
+        .send("q", &script("after", json!([get(url(web, "/hello"))])))
+        .await;
+    harness::eventually(Duration::from_secs(20), "the marker's call", || async {
+        (hits.to("/hello") == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        hits.to("/slow"),
+        1,
+        "the message acked during the block ran again"
+    );
+    probe.stop().await;
+}
+
 /// Blocks the forwarder's connections and waits until the host says so.
 async fn block(fwd: &Forwarder, admin: std::net::SocketAddr) {
     fwd.block("low on memory (test)");

@@ -43,3 +43,21 @@ pub async fn wait_status(addr: SocketAddr, path: &str, status: u16, timeout: Dur
     )
     .await
 }
+
+/// Polls GET `path` every 10 ms from now on, in a task of its own; it ends with the moment
+/// `path` first answered `status`. For a state that may last only a moment (not ready while a
+/// host reconnects) and may come before the test's next step ends.
+pub fn watch_status(
+    addr: SocketAddr,
+    path: &'static str,
+    status: u16,
+) -> tokio::task::JoinHandle<std::time::Instant> {
+    tokio::spawn(async move {
+        loop {
+            if http_get(addr, path).await.is_some_and(|(s, _)| s == status) {
+                return std::time::Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+}

@@ -14,7 +14,7 @@ pub mod ports;
 
 pub use amqp::*;
 pub use host::{Host, folder, write_config};
-pub use http::{http_get, http_get_within, wait_status};
+pub use http::{http_get, http_get_within, wait_status, watch_status};
 pub use names::{Names, unique};
 pub use poll::eventually;
 pub use ports::{free_addr, free_port};

@@ -8,6 +8,7 @@ use crate::{
     listener::Listener,
     message::{Delivery, DeliveryResult},
     options::BasicConsumeOptions,
+    sink::{self, DeliverySink},
     types::{ChannelId, PayloadSize},
     types::{FieldTable, ShortString},
 };
@@ -226,6 +227,24 @@ impl Consumer {
         status.set_delegate(Some(Arc::new(delegate)));
     }
 
+    /// Hands every delivery to `sink` on the I/O thread from now on, instead of the stream;
+    /// deliveries already waiting in the stream go to it first, on this thread.
+    /// (worker-host patch: see vendor/README.md.)
+    pub fn set_sink(&self, sink: Arc<dyn DeliverySink>) {
+        let mut inner = self.lock_inner();
+        let mut status = self.status.write();
+        let mut any = false;
+        while let Some(delivery) = inner.next_delivery() {
+            sink.deliver(delivery);
+            any = true;
+        }
+        status.set_sink(sink.clone());
+        drop((status, inner));
+        if any {
+            sink.read_done();
+        }
+    }
+
     pub(crate) fn reset(&self) {
         self.lock_inner()
             .reset(self.options.no_ack, self.status.delegate());
@@ -262,6 +281,12 @@ impl Consumer {
     pub(crate) fn cancel(&self) {
         trace!(consumer_tag=%self.consumer_tag, "cancel");
         let mut status = self.status.write();
+        if let Some(sink) = status.sink() {
+            sink.deliver(Ok(None));
+            sink.read_done();
+            status.cancel();
+            return;
+        }
         self.dispatch(
             Ok(None),
             "failed to send cancel to consumer",
@@ -272,6 +297,11 @@ impl Consumer {
 
     pub(crate) fn send_error(&self, error: Error) {
         trace!(consumer_tag=%self.consumer_tag, "send_error");
+        if let Some(sink) = self.status.sink() {
+            sink.deliver(Err(error));
+            sink.read_done();
+            return;
+        }
         self.dispatch(
             Err(error),
             "failed to send error to consumer",
@@ -300,10 +330,18 @@ impl Consumer {
 
     fn check_new_delivery(&self, delivery: Option<Delivery>) {
         if let Some(delivery) = delivery {
+            let (sink, delegate) = {
+                let status = self.status.read();
+                (status.sink(), status.delegate())
+            };
+            if let Some(sink) = sink {
+                sink::hand(&sink, Ok(Some(delivery)));
+                return;
+            }
             self.dispatch(
                 Ok(Some(delivery)),
                 "failed to send delivery to consumer",
-                self.status.delegate(),
+                delegate,
             );
         }
     }

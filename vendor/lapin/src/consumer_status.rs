@@ -1,4 +1,4 @@
-use crate::consumer::ConsumerDelegate;
+use crate::{consumer::ConsumerDelegate, sink::DeliverySink};
 
 use std::{
     fmt,
@@ -15,6 +15,10 @@ impl ConsumerStatus {
 
     pub(crate) fn delegate(&self) -> Option<Arc<dyn ConsumerDelegate>> {
         self.read().delegate()
+    }
+
+    pub(crate) fn sink(&self) -> Option<Arc<dyn DeliverySink>> {
+        self.read().sink.clone()
     }
 
     pub(crate) fn try_read(&self) -> Option<RwLockReadGuard<'_, ConsumerStatusInner>> {
@@ -62,6 +66,7 @@ impl ConsumerState {
 pub(crate) struct ConsumerStatusInner {
     state: ConsumerState,
     delegate: Option<Arc<dyn ConsumerDelegate>>,
+    sink: Option<Arc<dyn DeliverySink>>,
 }
 
 impl ConsumerStatusInner {
@@ -80,6 +85,16 @@ impl ConsumerStatusInner {
         }
     }
 
+    pub(crate) fn sink(&self) -> Option<Arc<dyn DeliverySink>> {
+        self.sink.clone()
+    }
+
+    pub(crate) fn set_sink(&mut self, sink: Arc<dyn DeliverySink>) {
+        if self.state.is_active() {
+            self.sink = Some(sink);
+        }
+    }
+
     pub(crate) fn start_cancel(&mut self) {
         self.state = ConsumerState::Canceling;
         self.delegate = None;
@@ -88,5 +103,6 @@ impl ConsumerStatusInner {
     pub(crate) fn cancel(&mut self) {
         self.state = ConsumerState::Canceled;
         self.delegate = None;
+        self.sink = None;
     }
 }

@@ -157,8 +157,11 @@ impl<
             || !self.serialized_frames.is_empty()
     }
 
+    // Writes go on while the broker blocks publishing (worker-host patch 6, vendor/README.md):
+    // RabbitMQ stops reading only a connection that publishes, so acks and heartbeats still
+    // get through, and the client holds back its own publishes.
     fn can_write(&mut self) -> bool {
-        self.socket_state.writable() && self.has_data() && !self.connection_status.blocked()
+        self.socket_state.writable() && self.has_data()
     }
 
     fn can_read(&mut self) -> bool {
@@ -608,6 +611,9 @@ impl<
             } else {
                 break;
             }
+        }
+        if did_something {
+            crate::sink::reads_done();
         }
         Ok(did_something)
     }

@@ -169,6 +169,15 @@ impl Conn {
         Ok(())
     }
 
+    /// Runs `statement` (one of the host's, text protocol) and commits, in one round trip.
+    /// On an error the transaction is not committed: roll it back (or close the connection).
+    pub(super) async fn commit_after(&mut self, statement: &str) -> Result<(), sqlx::Error> {
+        self.inline = false;
+        self.control(format!("{statement}; COMMIT")).await?;
+        self.clean = true;
+        Ok(())
+    }
+
     pub(super) async fn rollback(&mut self) -> Result<(), sqlx::Error> {
         self.inline = false;
         self.control("ROLLBACK".into()).await?;

@@ -165,6 +165,10 @@ fn postgres(e: &PgDatabaseError) -> Failure {
     let code = e.code();
     match code {
         c if c.starts_with("23") => Failure::constraint(text),
+        // A table, type or schema already there. Two transactions running the same
+        // `CREATE TABLE IF NOT EXISTS` at once collide as 23505 on the catalog or as one of
+        // these, depending on timing: both read as the state conflict they are.
+        "42P07" | "42710" | "42P06" => Failure::constraint(text),
         // 08P01 is how the server refuses a wrong parameter count.
         c if c.starts_with("42") || matches!(c, "08P01" | "26000" | "3F000" | "34000") => {
             Failure::invalid(text)

@@ -288,6 +288,11 @@ impl Capability for Instance {
 
     type Error = CommitError;
 
+    /// A transaction (or a group turn, or a lost one to report) is open.
+    fn holds_effects(&self) -> bool {
+        !matches!(self.tx, Tx::Idle)
+    }
+
     async fn finish(&mut self, ok: bool) -> Result<(), CommitError> {
         self.capture = None;
         let tx = std::mem::take(&mut self.tx);

@@ -8,6 +8,7 @@ use super::super::backend::{Conn, Want};
 use super::super::error::{self, Failure};
 use super::super::{COMMIT_MIN, Database, Instance, Tx, commit, rollback};
 use super::{Outgoing, Record, RecordError};
+use crate::config::SqlKind;
 use crate::capability::Capability as _;
 use crate::wit::worker::plugin::sql::{SqlError, Value};
 
@@ -55,6 +56,23 @@ impl Database {
         Ok(())
     }
 
+    /// PostgreSQL, a record without messages: its inbox row as one statement with its values
+    /// written in (each dollar-quoted under a tag it does not contain, which PostgreSQL takes
+    /// literally whatever its settings), to go in the COMMIT's round trip, where parameters
+    /// cannot. `None` on other backends, with messages, or for a value with a NUL (the
+    /// parameter path reports that one).
+    pub(super) fn inbox_literal(&self, record: &Record) -> Option<String> {
+        if self.kind() != SqlKind::Postgres || !record.messages.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "INSERT INTO worker_inbox (queue, message_id, handled_at) VALUES ({}, {}, {})",
+            dollar_quoted(&record.queue)?,
+            dollar_quoted(&record.message_id)?,
+            record.handled_at_ms
+        ))
+    }
+
     /// One INSERT of `record`'s messages `rows` (numbered from 1 in the record).
     fn outbox_insert(&self, record: &Record, rows: Range<usize>) -> (String, Vec<Value>) {
         let values = (0..rows.len())
@@ -83,6 +101,18 @@ impl Database {
         }
         (insert, params)
     }
+}
+
+/// `text` as a PostgreSQL dollar-quoted literal, `$wh$...$wh$` with a tag (`wh`, `wh1`, ...)
+/// that `text` does not contain; `None` for text with a NUL, which no SQL text can carry.
+fn dollar_quoted(text: &str) -> Option<String> {
+    if text.contains('\0') {
+        return None;
+    }
+    let tag = (0..)
+        .map(|n: u32| if n == 0 { "wh".to_string() } else { format!("wh{n}") })
+        .find(|tag| !text.contains(&format!("${tag}")))?;
+    Some(format!("${tag}${text}${tag}$"))
 }
 
 /// `messages` cut into runs of at most [`ROWS_PER_INSERT`] rows and [`BYTES_PER_INSERT`] bytes
@@ -148,6 +178,10 @@ impl Instance {
                 written?;
                 left.map_err(|e| failed(e.to_string()))
             }
+            Tx::Open(conn) if db.inbox_literal(record).is_some() => {
+                let statement = db.inbox_literal(record).unwrap_or_default();
+                record_and_commit(&db, conn, &statement, deadline).await
+            }
             Tx::Open(mut conn) => {
                 if let Err(e) = record_by(&db, &mut conn, record, deadline).await {
                     rollback(conn).await;
@@ -159,6 +193,39 @@ impl Instance {
             }
             Tx::Idle | Tx::Lost(_) => Err(failed("the transaction is not open".into())),
         }
+    }
+}
+
+/// PostgreSQL: writes a record without messages (its inbox row alone) and commits, in one
+/// round trip where it took two; a duplicate is told apart as [`RecordError::Duplicate`].
+async fn record_and_commit(
+    db: &Database,
+    mut conn: Conn,
+    statement: &str,
+    deadline: Instant,
+) -> Result<(), RecordError> {
+    let store = db.recorder.store();
+    let deadline = deadline.max(Instant::now() + COMMIT_MIN);
+    match tokio::time::timeout_at(deadline.into(), conn.commit_after(statement)).await {
+        Ok(Ok(())) => {
+            db.health(None);
+            Ok(())
+        }
+        Ok(Err(e)) => {
+            let failure = error::classify(&e);
+            rollback(conn).await;
+            if matches!(failure.error, SqlError::Constraint(_)) {
+                return Err(RecordError::Duplicate);
+            }
+            db.health(Some(&failure));
+            Err(RecordError::Failed(format!(
+                "[sql.{store}] commit failed: {}",
+                error::message(&failure.error)
+            )))
+        }
+        Err(_) => Err(RecordError::Failed(format!(
+            "[sql.{store}] the commit timed out"
+        ))),
     }
 }
 
@@ -189,6 +256,18 @@ mod tests {
             properties: String::new(),
             body: vec![0; body],
         }
+    }
+
+    #[test]
+    fn dollar_quotes_use_a_tag_the_text_lacks() {
+        assert_eq!(dollar_quoted("m-1").as_deref(), Some("$wh$m-1$wh$"));
+        assert_eq!(dollar_quoted("a'b").as_deref(), Some("$wh$a'b$wh$"));
+        assert_eq!(
+            dollar_quoted("x$wh$); DROP TABLE t; --").as_deref(),
+            Some("$wh1$x$wh$); DROP TABLE t; --$wh1$")
+        );
+        assert_eq!(dollar_quoted("$wh$wh1").as_deref(), Some("$wh2$$wh$wh1$wh2$"));
+        assert_eq!(dollar_quoted("a\0b"), None);
     }
 
     #[test]

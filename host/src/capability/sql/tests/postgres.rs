@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::super::backend::Pool;
 use super::server::{self, POSTGRES_URL, require_server};
 use super::{Ctx, assert_kind, assert_values, e, open, scenarios, text};
 use crate::capability::Capability as _;
@@ -143,6 +144,61 @@ async fn commit_is_visible_and_rollback_leaves_nothing() {
 #[tokio::test]
 async fn constraint_violation_is_reported_and_the_rest_commits() {
     scenarios::constraint_violation_is_reported_and_the_rest_commits(&postgres().await).await;
+}
+
+/// Two messages making the same table with `CREATE TABLE IF NOT EXISTS` at once: the one that
+/// waits for the other's commit fails, and must read `constraint` (which handlers retry), not
+/// `invalid` (which they park). PostgreSQL answers 23505 or, by timing, 42P07 or 42710: making
+/// a table or a type that exists is `constraint` too.
+#[tokio::test]
+async fn creating_what_exists_is_a_constraint() {
+    let ctx = postgres().await;
+    let (t, kind) = (super::unique("sql_race"), super::unique("sql_kind"));
+    let create = format!("CREATE TABLE IF NOT EXISTS {t} (id INTEGER PRIMARY KEY)");
+    let (mut first, mut second) = (
+        ctx.message(Duration::from_secs(20)),
+        ctx.message(Duration::from_secs(20)),
+    );
+    e(first.execute(create.clone(), vec![]).await).expect("the first create");
+    let commit_once_the_second_waits = async {
+        let Pool::Postgres(pool) = &ctx.db.pool else {
+            unreachable!("a PostgreSQL context")
+        };
+        let waiting = format!(
+            "SELECT COUNT(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND query LIKE '%{t}%'"
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(waiting.clone()))
+                .fetch_one(pool)
+                .await
+                .expect("pg_stat_activity");
+            if n > 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the second create never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(first.finish(true).await, Ok(()));
+    };
+    let (raced, ()) = tokio::join!(
+        second.execute(create.clone(), vec![]),
+        commit_once_the_second_waits
+    );
+    assert_kind(raced, "constraint");
+    let mut m = ctx.message(Duration::from_secs(10));
+    let again = format!("CREATE TABLE {t} (id INTEGER)");
+    assert!(assert_kind(m.execute(again, vec![]).await, "constraint").contains("exists"));
+    let enum_type = format!("CREATE TYPE {kind} AS ENUM ('a')");
+    e(m.execute(enum_type.clone(), vec![]).await).expect("the type");
+    assert_kind(m.execute(enum_type, vec![]).await, "constraint");
+    assert_eq!(second.finish(false).await, Ok(()));
+    assert_eq!(m.finish(false).await, Ok(()));
+    ctx.exec(&format!("DROP TABLE {t}")).await;
 }
 
 #[tokio::test]
