@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
 use futures_util::{Stream, StreamExt as _};
 use lapin::Connection;
 use tokio::sync::watch;
@@ -20,6 +22,9 @@ use crate::config::Secret;
 use crate::consumer::{Link, OwnConsume};
 use crate::reload::Change;
 use crate::topology::{Keeper, Plan};
+
+/// How long a consumer that stopped on its own waits before it starts again.
+const RESTART_PAUSE: Duration = Duration::from_secs(1);
 
 /// Why a session ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -145,6 +150,10 @@ impl Service {
             self.metrics
                 .set_blocked(Some("blocked when the connection opened"));
         }
+        // Consumers that stopped on their own, each waiting out its pause before it starts
+        // again. Waited here, beside the events, so a connection lost meanwhile is heard at
+        // once (a consume connection of the host's own can end a moment before the service's).
+        let mut restarts: FuturesUnordered<BoxFuture<'static, String>> = FuturesUnordered::new();
         loop {
             tokio::select! {
                 _ = &mut shutdown => return Ended::Shutdown,
@@ -184,44 +193,55 @@ impl Service {
                         error!("a consumer task failed");
                         continue;
                     };
-                    if !self.consumer_ended(ended, link, consumers, shutdown.as_mut()).await {
-                        return if link.conn.status().connected() { Ended::Shutdown } else { Ended::Lost };
+                    match self.consumer_ended(ended, link, consumers) {
+                        Some(queue) => restarts.push(Box::pin(async move {
+                            tokio::time::sleep(RESTART_PAUSE).await;
+                            queue
+                        })),
+                        None if link.conn.status().connected() => {}
+                        None => return Ended::Lost,
                     }
+                }
+                Some(queue) = restarts.next(), if !restarts.is_empty() => {
+                    if !link.conn.status().connected() {
+                        return Ended::Lost;
+                    }
+                    self.restart(&queue, link, consumers);
                 }
             }
         }
     }
 
-    /// A consumer ended on its own: restart it after a pause if the connection is fine.
-    /// False when the session must end (connection lost, or shutdown during the pause).
-    async fn consumer_ended(
+    /// A consumer ended on its own: the queue to start again after a pause, if it is still
+    /// wanted; `None` when it was stopped on purpose or the connection is gone.
+    fn consumer_ended(
         &mut self,
         (queue, id, result): ConsumerEnded,
         link: &Link,
         consumers: &mut Consumers,
-        shutdown: Shutdown<'_>,
-    ) -> bool {
+    ) -> Option<String> {
         if !consumers.is_current(&queue, id) {
-            return true; // Stopped on purpose (removed or restarted).
+            return None; // Stopped on purpose (removed or restarted).
         }
         consumers.running.remove(&queue);
         self.count_consumers(consumers);
-        match result {
+        match &result {
             Ok(()) => warn!(queue, "consumer stopped"),
             Err(err) => warn!(queue, "consumer stopped: {err:#}; starting it again"),
         }
-        if !link.conn.status().connected() {
-            return false;
+        link.conn.status().connected().then_some(queue)
+    }
+
+    /// Starts the consumer of `queue` again after its pause, unless a config change removed
+    /// its subscription or already started it meanwhile.
+    fn restart(&mut self, queue: &str, link: &Link, consumers: &mut Consumers) {
+        if consumers.running.contains_key(queue) {
+            return;
         }
-        tokio::select! {
-            _ = shutdown => return false,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-        if let Some(subscriber) = self.state.subscribers.get(&queue) {
+        if let Some(subscriber) = self.state.subscribers.get(queue) {
             consumers.start(link, subscriber.clone());
         }
         self.count_consumers(consumers);
-        true
     }
 
     fn count_consumers(&self, consumers: &Consumers) {
