@@ -8,8 +8,8 @@ use super::super::backend::{Conn, Want};
 use super::super::error::{self, Failure};
 use super::super::{COMMIT_MIN, Database, Instance, Tx, commit, rollback};
 use super::{Outgoing, Record, RecordError};
-use crate::config::SqlKind;
 use crate::capability::Capability as _;
+use crate::config::SqlKind;
 use crate::wit::worker::plugin::sql::{SqlError, Value};
 
 /// The most outbox rows one INSERT writes: 7 parameters each, 700 in all, under every
@@ -110,7 +110,13 @@ fn dollar_quoted(text: &str) -> Option<String> {
         return None;
     }
     let tag = (0..)
-        .map(|n: u32| if n == 0 { "wh".to_string() } else { format!("wh{n}") })
+        .map(|n: u32| {
+            if n == 0 {
+                "wh".to_string()
+            } else {
+                format!("wh{n}")
+            }
+        })
         .find(|tag| !text.contains(&format!("${tag}")))?;
     Some(format!("${tag}${text}${tag}$"))
 }
@@ -266,7 +272,10 @@ mod tests {
             dollar_quoted("x$wh$); DROP TABLE t; --").as_deref(),
             Some("$wh1$x$wh$); DROP TABLE t; --$wh1$")
         );
-        assert_eq!(dollar_quoted("$wh$wh1").as_deref(), Some("$wh2$$wh$wh1$wh2$"));
+        assert_eq!(
+            dollar_quoted("$wh$wh1").as_deref(),
+            Some("$wh2$$wh$wh1$wh2$")
+        );
         assert_eq!(dollar_quoted("a\0b"), None);
     }
 
