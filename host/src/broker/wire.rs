@@ -1,10 +1,10 @@
-//! A consume connection the host drives itself, the first step of the batch consumer
-//! (docs/performance.md, "The same design on lapin's I/O thread, measured"): one thread owns
+//! A consume connection the host drives itself, under the batch consumer
+//! (docs/performance.md, "The batch consumer in the host"): one thread owns
 //! the socket and blocks on it with poll(2), beside an event file descriptor other threads
 //! write to wake it. It logs in as the broker URL says, sends and checks heartbeats from the
 //! same loop, and hands up whole frames. lapin's I/O thread instead waits on a channel that
 //! tokio's reactor feeds from another thread: a cross-thread wake-up per read, which this
-//! path does not pay. Not used by the service yet.
+//! path does not pay. Every consumer of an `amqp://` URL takes its deliveries here.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
