@@ -60,6 +60,8 @@ pub(crate) struct Scope {
     pub deadline: Instant,
     /// A dry run: effects are recorded here, not performed.
     pub capture: Option<Arc<capture::Capture>>,
+    /// The message's id, under which the outbox may have claimed it (`sql::outbox`).
+    pub message_id: Option<String>,
 }
 
 /// The per-message state of every capability, kept in the component's store data.

@@ -17,7 +17,7 @@ use super::Subscriber;
 use super::delivery::Received;
 use super::settle::Settler;
 use crate::broker::Delivery;
-use crate::outbox::Outbound;
+use crate::outbox::{Claim, Outbound};
 use crate::outcome::Decision;
 use crate::plugin::Input;
 use crate::telemetry;
@@ -36,8 +36,9 @@ pub(super) struct Verdict {
 pub(super) enum Precheck {
     /// Decided without the plugin.
     Decided(Verdict),
-    /// Call the plugin.
-    Call,
+    /// Call the plugin; the outbox's claim, if it made one, is kept until the call's effects
+    /// are finished (a claim no call took is rolled back when dropped).
+    Call(Option<Claim>),
 }
 
 impl Verdict {
@@ -108,9 +109,13 @@ impl Subscriber {
                 drop(permit);
                 verdict
             }
-            Precheck::Call => match self.invoke(&plugin, &input, settler, permit).await {
-                Some(invocation) => self.decide(&input, invocation),
+            Precheck::Call(claim) => match self.invoke(&plugin, &input, settler, permit).await {
+                Some(invocation) => {
+                    drop(claim);
+                    self.decide(&input, invocation)
+                }
                 None => {
+                    drop(claim);
                     // The channel died during the call: nothing settles this message.
                     self.drop_result(settler, &input, &received).await;
                     return;

@@ -18,7 +18,8 @@ impl Subscriber {
             return Precheck::Decided(Verdict::without_call(decision));
         }
         match self.outbox_check(input).await {
-            Check::Handle | Check::WithoutId => Precheck::Call,
+            Check::Handle(claim) => Precheck::Call(claim),
+            Check::WithoutId => Precheck::Call(None),
             Check::Duplicate(outbound, stored) => Precheck::Decided(Verdict {
                 decision: Decision::Ack,
                 outbound,
@@ -65,13 +66,13 @@ impl Subscriber {
     /// What the outbox says of `input` before a call; counted in the metrics.
     async fn outbox_check(&self, input: &Input) -> Check {
         let Some(outbox) = &self.outbox else {
-            return Check::Handle;
+            return Check::Handle(None);
         };
-        let check = outbox.check(input).await;
+        let check = outbox.check(input, self.limits.timeout).await;
         match &check {
             Check::WithoutId => self.metrics.without_id(),
             Check::Duplicate(..) => self.metrics.duplicate(),
-            Check::Handle | Check::Unavailable(_) => {}
+            Check::Handle(_) | Check::Unavailable(_) => {}
         }
         check
     }

@@ -19,7 +19,8 @@ use tracing::warn;
 pub(crate) use self::store::Store;
 use crate::capability::Granted;
 use crate::capability::sql::Database;
-use crate::capability::sql::outbox::Record;
+pub(crate) use crate::capability::sql::outbox::Claim;
+use crate::capability::sql::outbox::{Claimed, Record};
 use crate::failpoint;
 use crate::plugin::{Input, Publish, PublishPolicy};
 
@@ -87,8 +88,9 @@ pub(crate) struct Outbound {
 
 /// What the outbox says of a delivery before the plugin is called.
 pub(crate) enum Check {
-    /// Not recorded: call the plugin.
-    Handle,
+    /// Not recorded: call the plugin (keeping the claim, where one was made, until its
+    /// effects are finished).
+    Handle(Option<Claim>),
     /// A message without an id: call the plugin, though it cannot be deduplicated.
     WithoutId,
     /// Recorded already: publish what is unsent (with its correlation id), then ack.
@@ -144,16 +146,16 @@ impl<S: Store> Outbox<S> {
         id_of(input)
     }
 
-    /// Whether `input` was handled before.
-    pub(crate) async fn check(&self, input: &Input) -> Check {
+    /// Whether `input` was handled before, claiming it if not; `timeout` is the handler's.
+    pub(crate) async fn check(&self, input: &Input, timeout: Duration) -> Check {
         let Some(id) = id_of(input) else {
             return Check::WithoutId;
         };
         // Boxed, as the database calls below: their futures are large, and would otherwise make
         // every delivery's task as large, outbox or not.
-        match Box::pin(self.store.handled(&self.queue, id)).await {
-            Ok(None) => Check::Handle,
-            Ok(Some(unsent)) => match self.outbound(id, unsent).await {
+        match Box::pin(self.store.claim(&self.queue, id, now_ms(), timeout)).await {
+            Ok(Claimed::Free(claim)) => Check::Handle(claim),
+            Ok(Claimed::Handled(unsent)) => match self.outbound(id, unsent).await {
                 Ok((list, correlation)) => Check::Duplicate(list, correlation),
                 Err(why) => Check::Unavailable(why.to_string()),
             },

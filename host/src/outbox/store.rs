@@ -4,21 +4,24 @@
 
 use std::fmt::Display;
 use std::future::Future;
+use std::time::Duration;
 
 use crate::capability::sql::Database;
-use crate::capability::sql::outbox::Unsent;
+use crate::capability::sql::outbox::{Claimed, Unsent};
 
 /// The outbox's storage.
 pub(crate) trait Store: Send + Sync + 'static {
     type Error: Display + Send;
 
-    /// Whether `queue` has handled `message_id`; if so, what it published that the broker
-    /// has not confirmed.
-    fn handled(
+    /// Whether `queue` has handled `message_id` (if so, what it published that the broker
+    /// has not confirmed), claiming it for this delivery if not; `timeout` is the handler's.
+    fn claim(
         &self,
         queue: &str,
         message_id: &str,
-    ) -> impl Future<Output = Result<Option<Vec<Unsent>>, Self::Error>> + Send;
+        now_ms: i64,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Claimed, Self::Error>> + Send;
 
     /// Marks messages `ns` of (`queue`, `message_id`) as confirmed at `now_ms`.
     fn mark_sent(
@@ -51,8 +54,14 @@ pub(crate) trait Store: Send + Sync + 'static {
 impl Store for Database {
     type Error = crate::capability::sql::outbox::OutboxError;
 
-    async fn handled(&self, queue: &str, id: &str) -> Result<Option<Vec<Unsent>>, Self::Error> {
-        Database::handled(self, queue, id).await
+    async fn claim(
+        &self,
+        queue: &str,
+        id: &str,
+        now_ms: i64,
+        timeout: Duration,
+    ) -> Result<Claimed, Self::Error> {
+        Database::claim(self, queue, id, now_ms, timeout).await
     }
 
     async fn mark_sent(

@@ -91,6 +91,7 @@ mod tests {
             queue: "budget-test".into(),
             deadline: std::time::Instant::now() + Duration::from_secs(5),
             capture: None,
+            message_id: None,
         }
     }
 

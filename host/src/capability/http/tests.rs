@@ -134,6 +134,7 @@ fn scope(within: Duration) -> Scope {
         queue: "http-test".into(),
         deadline: Instant::now() + within,
         capture: None,
+        message_id: None,
     }
 }
 

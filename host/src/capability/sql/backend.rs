@@ -144,6 +144,37 @@ impl Conn {
         Ok(())
     }
 
+    /// PostgreSQL, the outbox's claim (`outbox/claim.rs`): begins a message's transaction as
+    /// [`Conn::begin`] does, with `first` (a statement that returns one row or none) run
+    /// first in it, in the same round trip; whether `first` returned its row.
+    pub(super) async fn begin_with(
+        &mut self,
+        remaining: Duration,
+        first: &str,
+    ) -> Result<bool, sqlx::Error> {
+        self.clean = false;
+        let Link::Postgres(c) = &mut self.link else {
+            return Err(sqlx::Error::Protocol(
+                "a claim is made on PostgreSQL only".into(),
+            ));
+        };
+        let ms = remaining.as_millis().clamp(1, i32::MAX as u128);
+        let statement = format!(
+            "BEGIN; SET LOCAL statement_timeout = {ms}; {first}; SAVEPOINT {SAVEPOINT}; \
+             SELECT pg_backend_pid()::bigint"
+        );
+        self.busy = true;
+        let rows = sqlx::raw_sql(AssertSqlSafe(statement))
+            .fetch_all(&mut **c)
+            .await?;
+        self.busy = false;
+        // `first`'s row (if any), then the session's id.
+        let inserted = rows.len() == 2;
+        self.server_id = last_int(rows)?.and_then(|id| u64::try_from(id).ok());
+        self.savepoint_fresh = true;
+        Ok(inserted)
+    }
+
     /// The server's id of this session, once a transaction began.
     pub(super) fn server_id(&self) -> Option<u64> {
         self.server_id

@@ -24,6 +24,7 @@ mod cancel;
 mod dry;
 mod error;
 mod execute;
+mod finish;
 mod group;
 mod guard;
 mod inline;
@@ -46,13 +47,14 @@ use anyhow::Context as _;
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::pool::PoolOptions;
 use sqlx::postgres::PgConnectOptions;
-use tokio::time::{timeout, timeout_at};
+use tokio::time::timeout_at;
 use tracing::Instrument;
 use wasmtime::component::{HasSelf, Linker};
 
 use self::backend::{Conn, Output, Pool, Want};
 pub(crate) use self::error::{CommitError, PingError};
 use self::error::{Failure, classify};
+use self::finish::{commit, rollback};
 use self::guard::Pass;
 use self::statement::operation;
 use super::capture::Capture;
@@ -89,6 +91,8 @@ pub(crate) struct Database {
     group: Option<group::Group>,
     /// SQLite on a file: the outbox's reads on the caller's thread (`reader.rs`).
     reader: Option<reader::Reader>,
+    /// PostgreSQL: the outbox's claimed transactions waiting for their calls.
+    claims: Arc<outbox::Claims>,
 }
 
 impl Database {
@@ -137,6 +141,7 @@ impl Database {
             group: (config.kind == SqlKind::Sqlite).then(group::Group::default),
             reader: (config.kind == SqlKind::Sqlite && !sqlite::in_memory(url))
                 .then(reader::Reader::default),
+            claims: Arc::default(),
         })
     }
 
@@ -257,6 +262,10 @@ pub(crate) struct Instance {
     statements: u32,
     /// A dry run: each statement is recorded (the transaction is rolled back in the end).
     capture: Option<Arc<Capture>>,
+    /// PostgreSQL: the message's (queue, id), under which the outbox may have claimed it.
+    key: Option<(String, String)>,
+    /// The transaction is the outbox's claim: the message's inbox row is in it already.
+    claimed: bool,
 }
 
 #[derive(Default)]
@@ -278,6 +287,11 @@ impl Capability for Instance {
     }
 
     fn begin(&mut self, grant: Option<Arc<Database>>, scope: &Scope) {
+        self.key = (grant.as_ref())
+            .filter(|db| db.pool.kind() == SqlKind::Postgres)
+            .and(scope.message_id.as_ref())
+            .map(|id| (scope.queue.clone(), id.clone()));
+        self.claimed = false;
         self.database = grant;
         self.deadline = Some(scope.deadline);
         self.capture = scope.capture.clone();
@@ -316,6 +330,17 @@ impl Capability for Instance {
 }
 
 impl Instance {
+    /// The message's transaction: the one the outbox claimed for it, or a new one.
+    async fn open(&mut self, db: &Database, deadline: Instant) -> Result<Tx, Failure> {
+        if let Some((queue, id)) = &self.key
+            && let Some(conn) = db.claims.take(queue, id)
+        {
+            self.claimed = true;
+            return Ok(Tx::Open(conn));
+        }
+        db.transaction(deadline).await
+    }
+
     /// The error that lost the message's transaction, if one did.
     fn lost(&self) -> Option<&sql::SqlError> {
         match &self.tx {
@@ -384,7 +409,7 @@ impl Instance {
         }
         let deadline = self.deadline.unwrap_or_else(Instant::now);
         if matches!(self.tx, Tx::Idle) {
-            self.tx = db.transaction(deadline).await?;
+            self.tx = self.open(db, deadline).await?;
         }
         let conn = match &mut self.tx {
             Tx::Open(conn) => conn,
@@ -422,38 +447,6 @@ impl Instance {
             ));
         }
         result
-    }
-}
-
-/// Commits, bounded by the deadline (at least [`COMMIT_MIN`] from now).
-async fn commit(db: &Database, mut conn: Conn, deadline: Instant) -> Result<(), CommitError> {
-    let store = db.recorder.store().to_string();
-    if conn.busy() {
-        return Err(CommitError::CutOff { store });
-    }
-    let deadline = deadline.max(Instant::now() + COMMIT_MIN);
-    match timeout_at(deadline.into(), conn.commit()).await {
-        Ok(Ok(())) => {
-            db.health(None);
-            Ok(())
-        }
-        Ok(Err(e)) => {
-            let failure = classify(&e);
-            db.health(Some(&failure));
-            Err(CommitError::Failed {
-                store,
-                why: error::message(&failure.error).to_string(),
-            })
-        }
-        Err(_) => Err(CommitError::TimedOut { store }),
-    }
-}
-
-/// Rolls back; a connection cut off mid-statement, or a rollback that fails or takes too
-/// long, is closed instead, which rolls back on the server.
-async fn rollback(mut conn: Conn) {
-    if !conn.busy() {
-        let _ = timeout(ROLLBACK_GRACE, conn.rollback()).await;
     }
 }
 

@@ -85,6 +85,9 @@ impl CState {
             queue: input.meta.queue.clone(),
             deadline,
             capture: input.granted.capture.clone(),
+            message_id: (input.granted.outbox)
+                .then(|| input.meta.message_id.clone())
+                .flatten(),
         };
         self.capabilities.begin(&input.granted, &scope);
         self.input = input;

@@ -40,6 +40,7 @@ pub(super) fn message(store: Option<Arc<Store>>, timeout: Duration) -> Instance 
         queue: "test".into(),
         deadline: Instant::now() + timeout,
         capture: None,
+        message_id: None,
     };
     let mut instance = Instance::default();
     instance.begin(store, &scope);

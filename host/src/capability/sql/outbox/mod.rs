@@ -15,9 +15,12 @@ use super::{Database, First, commit, rollback};
 use crate::config::SqlKind;
 use crate::wit::worker::plugin::sql::{Rows, Value};
 
+mod claim;
 mod record;
 mod schema;
 
+pub(in crate::capability::sql) use claim::Claims;
+pub(crate) use claim::{Claim, Claimed};
 pub(in crate::capability::sql) use schema::Schema;
 
 /// How long one outbox operation outside a message may take.

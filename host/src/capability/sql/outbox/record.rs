@@ -27,8 +27,13 @@ impl Database {
         &self,
         conn: &mut Conn,
         record: &Record,
+        claimed: bool,
     ) -> Result<(), RecordError> {
         let failed = |f: Failure| RecordError::Failed(self.describe(&f));
+        if claimed {
+            // The claim inserted the inbox row already (`claim.rs`).
+            return self.write_messages(conn, record).await.map_err(failed);
+        }
         let inbox = format!(
             "INSERT INTO worker_inbox (queue, message_id, handled_at) VALUES ({}, {}, {})",
             self.p(1),
@@ -47,11 +52,14 @@ impl Database {
             }
             Err(f) => return Err(failed(f)),
         }
+        self.write_messages(conn, record).await.map_err(failed)
+    }
+
+    /// Writes what `record` published, many messages to an INSERT.
+    async fn write_messages(&self, conn: &mut Conn, record: &Record) -> Result<(), Failure> {
         for rows in chunks(&record.messages) {
             let (insert, params) = self.outbox_insert(record, rows);
-            conn.run(&insert, params, Want::Affected)
-                .await
-                .map_err(failed)?;
+            conn.run(&insert, params, Want::Affected).await?;
         }
         Ok(())
     }
@@ -105,7 +113,7 @@ impl Database {
 
 /// `text` as a PostgreSQL dollar-quoted literal, `$wh$...$wh$` with a tag (`wh`, `wh1`, ...)
 /// that `text` does not contain; `None` for text with a NUL, which no SQL text can carry.
-fn dollar_quoted(text: &str) -> Option<String> {
+pub(super) fn dollar_quoted(text: &str) -> Option<String> {
     if text.contains('\0') {
         return None;
     }
@@ -166,7 +174,7 @@ impl Instance {
         let described = |f: Failure| failed(db.describe(&f));
         let tx = match std::mem::take(&mut self.tx) {
             // The consumer has made the tables before the call (it looked the message up).
-            Tx::Idle => db.transaction(deadline).await.map_err(described)?,
+            Tx::Idle => self.open(&db, deadline).await.map_err(described)?,
             Tx::Lost(error) => {
                 return Err(failed(format!(
                     "[sql.{}] {}",
@@ -176,20 +184,21 @@ impl Instance {
             }
             tx => tx,
         };
+        let claimed = std::mem::take(&mut self.claimed);
         match tx {
             Tx::Member(mut member) => {
-                let written = record_by(&db, member.conn(), record, deadline).await;
+                let written = record_by(&db, member.conn(), record, false, deadline).await;
                 let kept = written.is_ok();
                 let left = member.leave(kept).await;
                 written?;
                 left.map_err(|e| failed(e.to_string()))
             }
-            Tx::Open(conn) if db.inbox_literal(record).is_some() => {
+            Tx::Open(conn) if !claimed && db.inbox_literal(record).is_some() => {
                 let statement = db.inbox_literal(record).unwrap_or_default();
                 record_and_commit(&db, conn, &statement, deadline).await
             }
             Tx::Open(mut conn) => {
-                if let Err(e) = record_by(&db, &mut conn, record, deadline).await {
+                if let Err(e) = record_by(&db, &mut conn, record, claimed, deadline).await {
                     rollback(conn).await;
                     return Err(e);
                 }
@@ -240,9 +249,11 @@ async fn record_by(
     db: &Database,
     conn: &mut Conn,
     record: &Record,
+    claimed: bool,
     deadline: Instant,
 ) -> Result<(), RecordError> {
-    match tokio::time::timeout_at(deadline.into(), db.write_record(conn, record)).await {
+    let write = db.write_record(conn, record, claimed);
+    match tokio::time::timeout_at(deadline.into(), write).await {
         Ok(written) => written,
         Err(_) => Err(RecordError::Failed(format!(
             "[sql.{}] recording the outbox timed out",

@@ -114,6 +114,7 @@ pub(super) fn scope(timeout: Duration) -> Scope {
         queue: "q".into(),
         deadline: Instant::now() + timeout,
         capture: None,
+        message_id: None,
     }
 }
 

@@ -160,3 +160,112 @@ async fn mysql_outbox() {
     require_server(SqlKind::MySql, MYSQL_URL, "service mariadb start").await;
     scenario(&open(SqlKind::MySql, MYSQL_URL, None).await).await;
 }
+
+/// A message of queue `queue` with id `id`, under the outbox's grant.
+#[cfg(feature = "server-tests")]
+fn claiming(ctx: &Ctx, queue: &str, id: &str) -> super::super::Instance {
+    use crate::capability::Capability as _;
+    let mut m = super::super::Instance::default();
+    let mut scope = super::scope(Duration::from_secs(10));
+    scope.queue = queue.to_string();
+    scope.message_id = Some(id.to_string());
+    m.begin(Some(ctx.db.clone()), &scope);
+    m
+}
+
+/// PostgreSQL: the claim inserts the inbox row in the transaction the call then takes; one
+/// that no call takes, or whose call does not answer ok, leaves nothing; a handled message
+/// is found handled, with what it left unsent.
+#[cfg(feature = "server-tests")]
+#[tokio::test]
+async fn postgres_claim_runs_the_call_in_the_claimed_transaction() {
+    use super::super::outbox::Claimed;
+    use crate::capability::Capability as _;
+    require_server(SqlKind::Postgres, POSTGRES_URL, "service postgresql start").await;
+    let ctx = open(SqlKind::Postgres, POSTGRES_URL, None).await;
+    let queue = unique("q");
+    let t = unique("claim_rows");
+    ctx.exec(&format!("CREATE TABLE {t} (id TEXT)")).await;
+    let insert = format!("INSERT INTO {t} (id) VALUES ($1)");
+    let timeout = Duration::from_secs(10);
+    let claim = |id: &'static str| {
+        let (db, queue) = (ctx.db.clone(), queue.clone());
+        async move {
+            db.claim(&queue, id, now_ms(), timeout)
+                .await
+                .expect("claim")
+        }
+    };
+    let inbox = format!("SELECT COUNT(*) FROM worker_inbox WHERE queue = '{queue}'");
+
+    // Claimed, and the call's statements and record commit in that transaction.
+    let Claimed::Free(Some(held)) = claim("m-1").await else {
+        panic!("a new message is claimed");
+    };
+    let mut m = claiming(&ctx, &queue, "m-1");
+    m.execute(insert.clone(), vec![Value::Text("m-1".into())])
+        .await
+        .expect("insert");
+    let record = Record {
+        queue: queue.clone(),
+        message_id: "m-1".into(),
+        handled_at_ms: now_ms(),
+        messages: vec![outgoing("a")],
+    };
+    assert_eq!(m.finish_recorded(true, Some(&record)).await, Ok(()));
+    drop(held);
+    assert_eq!(ctx.count(&t).await, 1);
+    let Claimed::Handled(unsent) = claim("m-1").await else {
+        panic!("a committed claim is handled");
+    };
+    assert_eq!(unsent.iter().map(|u| u.n).collect::<Vec<_>>(), [1]);
+
+    // A claim no call took, and one whose call answered retry: rolled back.
+    let Claimed::Free(Some(held)) = claim("m-2").await else {
+        panic!("claimed");
+    };
+    drop(held);
+    let Claimed::Free(Some(held)) = claim("m-2").await else {
+        panic!("a dropped claim left nothing");
+    };
+    let mut m = claiming(&ctx, &queue, "m-2");
+    m.execute(insert.clone(), vec![Value::Text("m-2".into())])
+        .await
+        .expect("insert");
+    assert_eq!(m.finish(false).await, Ok(()));
+    drop(held);
+    assert_eq!(
+        ctx.count(&t).await,
+        1,
+        "the retried call's insert is undone"
+    );
+    let Claimed::Free(Some(held)) = claim("m-2").await else {
+        panic!("a call that did not answer ok left nothing");
+    };
+
+    // A call that ran no statement still commits its record through the claim.
+    let mut m = claiming(&ctx, &queue, "m-2");
+    let record = Record {
+        message_id: "m-2".into(),
+        messages: Vec::new(),
+        ..record
+    };
+    assert_eq!(m.finish_recorded(true, Some(&record)).await, Ok(()));
+    drop(held);
+    assert!(matches!(claim("m-2").await, Claimed::Handled(u) if u.is_empty()));
+    let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(inbox.clone()))
+        .fetch_one(match &ctx.db.pool {
+            super::super::backend::Pool::Postgres(p) => p,
+            _ => unreachable!("PostgreSQL"),
+        })
+        .await
+        .expect("count");
+    assert_eq!(rows, 2, "m-1 and m-2 recorded once each");
+    ctx.exec(&format!("DROP TABLE {t}")).await;
+    ctx.exec(&format!(
+        "DELETE FROM worker_outbox WHERE queue = '{queue}'"
+    ))
+    .await;
+    ctx.exec(&format!("DELETE FROM worker_inbox WHERE queue = '{queue}'"))
+        .await;
+}
