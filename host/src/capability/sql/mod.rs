@@ -160,22 +160,28 @@ impl Database {
         })
     }
 
-    /// A connection that has begun a transaction or answered `SELECT 1`. A pooled connection the server closed since (restart, idle limit) fails
+    /// A connection that has begun a transaction or answered `SELECT 1`.
+    async fn connected(&self, deadline: Instant, first: First<'_>) -> Result<Conn, Failure> {
+        self.started(deadline, first).await.map(|(conn, _)| conn)
+    }
+
+    /// A connection that has done `first`, and whether that returned a row (only a claim can
+    /// return none). A pooled connection the server closed since (restart, idle limit) fails
     /// before anything happened on it: the next one is tried, up to a pool's worth.
-    async fn connected(&self, deadline: Instant, first: First) -> Result<Conn, Failure> {
+    async fn started(&self, deadline: Instant, first: First<'_>) -> Result<(Conn, bool), Failure> {
         let attempt = async {
             let mut stale = 0;
             loop {
                 let mut conn = self.pool.acquire().await.map_err(|e| classify(&e))?;
+                let remaining = deadline.saturating_duration_since(Instant::now());
                 let started = match first {
-                    First::Begin | First::Read => {
-                        let remaining = deadline.saturating_duration_since(Instant::now());
-                        conn.begin(remaining, matches!(first, First::Begin)).await
-                    }
-                    First::Ping => conn.ping().await,
+                    First::Begin => conn.begin(remaining, true).await.map(|()| true),
+                    First::Read => conn.begin(remaining, false).await.map(|()| true),
+                    First::Ping => conn.ping().await.map(|()| true),
+                    First::Claim(insert, limit) => conn.begin_with(limit, insert).await,
                 };
                 match started {
-                    Ok(()) => return Ok(conn),
+                    Ok(row) => return Ok((conn, row)),
                     Err(e) => {
                         let failure = classify(&e);
                         if !failure.lost || stale >= self.max_connections {
@@ -190,10 +196,16 @@ impl Database {
             Ok(result) => result,
             // Said to be down: a server that refuses connections keeps the pool retrying until
             // here, while a busy pool is worth reporting as well.
-            Err(_) => Err(Failure::unavailable(
-                "no connection within the handler's time: the database did not answer or the \
-                 pool was busy",
-            )),
+            Err(_) => Err(Failure::unavailable(match first {
+                First::Claim(..) => {
+                    "the outbox's claim did not finish in time: the database did not answer, \
+                     the pool was busy or another delivery of the message held it"
+                }
+                _ => {
+                    "no connection within the handler's time: the database did not answer or \
+                     the pool was busy"
+                }
+            })),
         }
     }
 
@@ -236,11 +248,14 @@ impl Database {
 
 /// What a fresh connection does first.
 #[derive(Clone, Copy)]
-enum First {
+enum First<'a> {
     Begin,
     /// A transaction that only reads.
     Read,
     Ping,
+    /// A transaction begun with this statement in BEGIN's round trip, its statements limited
+    /// to the duration (the outbox's claim, on PostgreSQL).
+    Claim(&'a str, Duration),
 }
 
 /// What every pool shares. Connections are not pinged before each use (a round trip per

@@ -11,11 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::time::timeout_at;
-
 use super::super::backend::Conn;
-use super::super::error::{Failure, classify};
-use super::super::{Database, rollback};
+use super::super::{Database, First, rollback};
 use super::record::dollar_quoted;
 use super::{OPERATION_TIMEOUT, OutboxError, Unsent};
 use crate::config::SqlKind;
@@ -111,32 +108,9 @@ impl Database {
     }
 
     /// A connection in a transaction begun with `insert`, and whether that inserted its row.
-    /// A pooled connection the server closed since fails as down and the next one is tried.
     async fn claimed(&self, insert: &str, timeout: Duration) -> Result<(Conn, bool), OutboxError> {
-        let attempt = async {
-            let mut stale = 0;
-            loop {
-                let mut conn = self.pool.acquire().await.map_err(|e| classify(&e))?;
-                match conn.begin_with(timeout, insert).await {
-                    Ok(inserted) => return Ok((conn, inserted)),
-                    Err(e) => {
-                        let failure = classify(&e);
-                        if !failure.lost || stale >= self.max_connections {
-                            return Err(failure);
-                        }
-                        stale += 1;
-                    }
-                }
-            }
-        };
         let deadline = Instant::now() + OPERATION_TIMEOUT.max(timeout);
-        let result = match timeout_at(deadline.into(), attempt).await {
-            Ok(result) => result,
-            Err(_) => Err(Failure::unavailable(
-                "the outbox's claim did not finish in time: the database did not answer, the \
-                 pool was busy or another delivery of the message held it",
-            )),
-        };
+        let result = self.started(deadline, First::Claim(insert, timeout)).await;
         self.health(result.as_ref().err());
         result.map_err(|f| OutboxError(self.describe(&f)))
     }
