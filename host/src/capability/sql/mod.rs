@@ -19,6 +19,7 @@
 //!   is not thrown away for want of a millisecond.
 //! - Values map as `value.rs` says; errors as `error.rs` says. No message names the URL.
 
+mod acquire;
 mod backend;
 mod cancel;
 mod dry;
@@ -51,6 +52,7 @@ use tokio::time::timeout_at;
 use tracing::Instrument;
 use wasmtime::component::{HasSelf, Linker};
 
+use self::acquire::First;
 use self::backend::{Conn, Output, Pool, Want};
 pub(crate) use self::error::{CommitError, PingError};
 use self::error::{Failure, classify};
@@ -160,55 +162,6 @@ impl Database {
         })
     }
 
-    /// A connection that has begun a transaction or answered `SELECT 1`.
-    async fn connected(&self, deadline: Instant, first: First<'_>) -> Result<Conn, Failure> {
-        self.started(deadline, first).await.map(|(conn, _)| conn)
-    }
-
-    /// A connection that has done `first`, and whether that returned a row (only a claim can
-    /// return none). A pooled connection the server closed since (restart, idle limit) fails
-    /// before anything happened on it: the next one is tried, up to a pool's worth.
-    async fn started(&self, deadline: Instant, first: First<'_>) -> Result<(Conn, bool), Failure> {
-        let attempt = async {
-            let mut stale = 0;
-            loop {
-                let mut conn = self.pool.acquire().await.map_err(|e| classify(&e))?;
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                let started = match first {
-                    First::Begin => conn.begin(remaining, true).await.map(|()| true),
-                    First::Read => conn.begin(remaining, false).await.map(|()| true),
-                    First::Ping => conn.ping().await.map(|()| true),
-                    First::Claim(insert, limit) => conn.begin_with(limit, insert).await,
-                };
-                match started {
-                    Ok(row) => return Ok((conn, row)),
-                    Err(e) => {
-                        let failure = classify(&e);
-                        if !failure.lost || stale >= self.max_connections {
-                            return Err(failure.lost());
-                        }
-                        stale += 1;
-                    }
-                }
-            }
-        };
-        match timeout_at(deadline.into(), attempt).await {
-            Ok(result) => result,
-            // Said to be down: a server that refuses connections keeps the pool retrying until
-            // here, while a busy pool is worth reporting as well.
-            Err(_) => Err(Failure::unavailable(match first {
-                First::Claim(..) => {
-                    "the outbox's claim did not finish in time: the database did not answer, \
-                     the pool was busy or another delivery of the message held it"
-                }
-                _ => {
-                    "no connection within the handler's time: the database did not answer or \
-                     the pool was busy"
-                }
-            })),
-        }
-    }
-
     /// A message's transaction: a turn in the group one on SQLite, a connection of its own
     /// on the servers.
     async fn transaction(&self, deadline: Instant) -> Result<Tx, Failure> {
@@ -244,18 +197,6 @@ impl Database {
             }
         }
     }
-}
-
-/// What a fresh connection does first.
-#[derive(Clone, Copy)]
-enum First<'a> {
-    Begin,
-    /// A transaction that only reads.
-    Read,
-    Ping,
-    /// A transaction begun with this statement in BEGIN's round trip, its statements limited
-    /// to the duration (the outbox's claim, on PostgreSQL).
-    Claim(&'a str, Duration),
 }
 
 /// What every pool shares. Connections are not pinged before each use (a round trip per
