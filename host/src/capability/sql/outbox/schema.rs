@@ -10,8 +10,16 @@ use super::super::backend::Want;
 use super::{OPERATION_TIMEOUT, OutboxError, int, rows, run};
 use crate::config::SqlKind;
 
+/// Taken first in a migration's transaction on PostgreSQL, so hosts starting at once on one
+/// database migrate one after the other: there two `CREATE TABLE IF NOT EXISTS` of one table
+/// at once can both go ahead, and the second fails on the first one's row types. The lock
+/// ends with the transaction; its key is "whoutbox" read as a big-endian integer. MySQL
+/// locks a table's name for its DDL itself, and SQLite's migration holds the write lock from
+/// its BEGIN.
+const MIGRATION_LOCK_PG: &str = "SELECT pg_advisory_xact_lock(8604249638345797496)";
+
 /// The migrations, in order; the schema's version is the number applied. Every statement is
-/// idempotent, so two hosts starting at once both succeed.
+/// idempotent, so a migration cut off half-way is done again whole.
 fn migrations(kind: SqlKind) -> Vec<Vec<&'static str>> {
     let v1 = match kind {
         SqlKind::MySql => vec![
@@ -79,6 +87,9 @@ impl Database {
     async fn migrate(&self) -> Result<(), OutboxError> {
         let all = migrations(self.kind());
         let mut conn = self.begun(Instant::now() + OPERATION_TIMEOUT, true).await?;
+        if self.kind() == SqlKind::Postgres {
+            run(&mut conn, MIGRATION_LOCK_PG, vec![], Want::Affected).await?;
+        }
         for statement in &all[0][..1] {
             run(&mut conn, statement, vec![], Want::Affected).await?;
         }

@@ -161,6 +161,51 @@ async fn mysql_outbox() {
     scenario(&open(SqlKind::MySql, MYSQL_URL, None).await).await;
 }
 
+/// Hosts starting at once on a database without the outbox's tables: every one makes or finds
+/// them. `fresh` is a URL whose tables are new (`admin` made the schema or database behind
+/// it); returns how many version rows the migrations wrote.
+#[cfg(feature = "server-tests")]
+async fn migrated_at_once(kind: SqlKind, fresh: &str, place: &str) -> i64 {
+    let hosts = futures_util::future::join_all((0..4).map(|_| open(kind, fresh, None))).await;
+    let made = futures_util::future::join_all(hosts.iter().map(|h| h.db.outbox_ready())).await;
+    for result in made {
+        result.expect("every host makes or finds the outbox tables");
+    }
+    hosts[0]
+        .count(&format!("{place}.worker_outbox_schema"))
+        .await
+}
+
+#[cfg(feature = "server-tests")]
+#[tokio::test]
+async fn postgres_outbox_tables_made_by_hosts_starting_at_once() {
+    require_server(SqlKind::Postgres, POSTGRES_URL, "service postgresql start").await;
+    let admin = open(SqlKind::Postgres, POSTGRES_URL, None).await;
+    for _ in 0..3 {
+        let schema = unique("ob_fresh");
+        admin.exec(&format!("CREATE SCHEMA {schema}")).await;
+        let url = format!("{POSTGRES_URL}?options[search_path]={schema}");
+        let versions = migrated_at_once(SqlKind::Postgres, &url, &schema).await;
+        admin.exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
+        assert_eq!(versions, 1, "the migrations ran one after the other");
+    }
+}
+
+#[cfg(feature = "server-tests")]
+#[tokio::test]
+async fn mysql_outbox_tables_made_by_hosts_starting_at_once() {
+    require_server(SqlKind::MySql, MYSQL_URL, "service mariadb start").await;
+    let admin = open(SqlKind::MySql, MYSQL_URL, None).await;
+    for _ in 0..3 {
+        let db = unique("ob_fresh");
+        admin.exec(&format!("CREATE DATABASE {db}")).await;
+        let url = format!("{}/{db}", MYSQL_URL.trim_end_matches("/test"));
+        let versions = migrated_at_once(SqlKind::MySql, &url, &db).await;
+        admin.exec(&format!("DROP DATABASE {db}")).await;
+        assert!(versions >= 1, "version rows: {versions}");
+    }
+}
+
 /// A message of queue `queue` with id `id`, under the outbox's grant.
 #[cfg(feature = "server-tests")]
 fn claiming(ctx: &Ctx, queue: &str, id: &str) -> super::super::Instance {
