@@ -162,17 +162,22 @@ async fn mysql_outbox() {
 }
 
 /// Hosts starting at once on a database without the outbox's tables: in each of 3 rounds,
-/// 4 hosts make or find them on a new, empty `place` ("SCHEMA" or "DATABASE", made and then
-/// dropped through `admin_url`, also when the round fails), reached at `url_of(name)`. Returns
-/// how many version rows each round's migrations wrote.
+/// 4 hosts make or find them in a new, empty schema (PostgreSQL) or database (MySQL), made and
+/// then dropped through `admin_url`, also when the round fails, and reached at `url_of(name)`.
+/// Returns how many version rows each round's migrations wrote.
 #[cfg(feature = "server-tests")]
 async fn migrated_at_once(
     kind: SqlKind,
     admin_url: &str,
-    place: &str,
     url_of: impl Fn(&str) -> String,
 ) -> Vec<i64> {
     use futures_util::FutureExt as _;
+    // PostgreSQL: a schema (dropped with what is in it); MySQL: a database.
+    let (place, cascade) = if kind == SqlKind::Postgres {
+        ("SCHEMA", " CASCADE")
+    } else {
+        ("DATABASE", "")
+    };
     let admin = open(kind, admin_url, None).await;
     let mut versions = Vec::new();
     for _ in 0..3 {
@@ -191,11 +196,6 @@ async fn migrated_at_once(
                 .await
         };
         let round = std::panic::AssertUnwindSafe(round).catch_unwind().await;
-        let cascade = if kind == SqlKind::Postgres {
-            " CASCADE"
-        } else {
-            ""
-        };
         admin.exec(&format!("DROP {place} {name}{cascade}")).await;
         match round {
             Ok(rows) => versions.push(rows),
@@ -210,7 +210,7 @@ async fn migrated_at_once(
 async fn postgres_outbox_tables_made_by_hosts_starting_at_once() {
     require_server(SqlKind::Postgres, POSTGRES_URL, "service postgresql start").await;
     let url_of = |schema: &str| format!("{POSTGRES_URL}?options[search_path]={schema}");
-    let versions = migrated_at_once(SqlKind::Postgres, POSTGRES_URL, "SCHEMA", url_of).await;
+    let versions = migrated_at_once(SqlKind::Postgres, POSTGRES_URL, url_of).await;
     assert_eq!(
         versions,
         [1, 1, 1],
@@ -223,7 +223,7 @@ async fn postgres_outbox_tables_made_by_hosts_starting_at_once() {
 async fn mysql_outbox_tables_made_by_hosts_starting_at_once() {
     require_server(SqlKind::MySql, MYSQL_URL, "service mariadb start").await;
     let url_of = |db: &str| format!("{}/{db}", MYSQL_URL.trim_end_matches("/test"));
-    let versions = migrated_at_once(SqlKind::MySql, MYSQL_URL, "DATABASE", url_of).await;
+    let versions = migrated_at_once(SqlKind::MySql, MYSQL_URL, url_of).await;
     // Two hosts may both write version 1 (harmless: the highest is read).
     assert!(
         versions.iter().all(|&v| v >= 1),
