@@ -124,9 +124,10 @@ pub(crate) struct Bins<'a> {
     pub(crate) before: Option<&'a Path>,
 }
 
-/// Runs every case `runs` times (interleaved) and prints msgs/s, the added time per message and,
-/// for an outbox row, its rate over the plain insert's on the same database. Returns target 7's
-/// ratio: the SQLite outbox row's rate over the do-nothing row's.
+/// Runs every case `runs` times (interleaved) and prints msgs/s, the added time per message,
+/// for an outbox row its rate over the plain insert's on the same database, and the CPU per
+/// message of the host and of the broker. Returns target 7's ratio: the SQLite outbox row's rate
+/// over the do-nothing row's.
 pub(crate) async fn bench(
     bins: Bins<'_>,
     probe: &Path,
@@ -140,6 +141,7 @@ pub(crate) async fn bench(
         probe.display()
     );
     let mut rates: Vec<Vec<f64>> = Vec::new();
+    let mut cpus: Vec<Vec<CpuUse>> = Vec::new();
     for run in 0..runs {
         for i in 0..cases("t").len() {
             for side in Side::order(run) {
@@ -154,7 +156,7 @@ pub(crate) async fn bench(
                 let table = unique("bench_caps").replace(['-', '.'], "_");
                 let case = cases(&table).swap_remove(i);
                 eprintln!("(k) {} on {}", case.name, bin.display());
-                let Some(rate) = measure(bin, probe, &case, n).await else {
+                let Some((rate, cpu)) = measure(bin, probe, &case, n).await else {
                     // Only an earlier binary may fail a case: this tree's must handle them all.
                     assert!(
                         side == Side::Before,
@@ -167,12 +169,14 @@ pub(crate) async fn bench(
                     );
                     continue;
                 };
-                compared.push(&format!("(k) {}", case.name), side, rate, None);
+                compared.push(&format!("(k) {}", case.name), side, rate, Some(cpu));
                 if side == Side::After {
                     if rates.len() <= i {
                         rates.push(Vec::new());
+                        cpus.push(Vec::new());
                     }
                     rates[i].push(rate);
+                    cpus[i].push(cpu);
                 }
             }
         }
@@ -201,6 +205,14 @@ pub(crate) async fn bench(
             .unwrap_or_default();
         println!("{name:<40} {rate:>10.0} {added:>16.1} {vs:>14}");
     }
+    // Whether a slower row spends more CPU per message or waits more.
+    let named: Vec<String> = cases.iter().map(|c| format!("(k) {}", c.name)).collect();
+    let rows: Vec<(&str, &[CpuUse])> = named
+        .iter()
+        .zip(&cpus)
+        .map(|(name, v)| (name.as_str(), v.as_slice()))
+        .collect();
+    super::cpu::print(&rows);
     Ratios {
         outbox_sqlite: rate_of(OUTBOX_SQLITE) / base,
         sql_sqlite: rate_of(SQL_SQLITE) / base,
@@ -227,9 +239,9 @@ impl Ratios {
     };
 }
 
-/// One case: declare, set up, fill, consume (timed), clean up.
+/// One case: declare, set up, fill, consume (timed), clean up: its msgs/s and CPU per message.
 /// None when the setup message is not handled (a binary that cannot run the case).
-async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> Option<f64> {
+async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> Option<(f64, CpuUse)> {
     let prefix = unique("bench-caps");
     let queue = format!("{prefix}.q");
     let state = std::env::temp_dir().join(format!("{prefix}-state"));
@@ -262,7 +274,7 @@ async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> Option<f64> {
     // With WORKER_BENCH_PERF, one profile per case in the order of the table (-k.data for
     // "nothing", -k.2.data for the next row, ...).
     let perf = start_perf(host.child.id(), 'k');
-    let (rate, _) = consume_rate(&host.admin, host.child.id(), n).await;
+    let (rate, cpu) = consume_rate(&host.admin, host.child.id(), n).await;
     stop_perf(perf);
     if case.grant.contains("outbox") {
         // Every measured message was recorded: none went without an id, none was a duplicate.
@@ -290,7 +302,7 @@ async fn measure(bin: &Path, probe: &Path, case: &Case, n: u64) -> Option<f64> {
     remove_topology(&ch, &queue, &prefix).await;
     let _ = conn.close(200, "bye".into()).await;
     let _ = std::fs::remove_dir_all(&state);
-    Some(rate)
+    Some((rate, cpu))
 }
 
 /// Sum of the samples of counter `name` on the host's /metrics.
