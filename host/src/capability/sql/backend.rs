@@ -30,7 +30,7 @@ use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite};
 use super::error::{Failure, classify};
 pub(super) use super::execute::{Output, Want};
 use super::execute::{mysql, postgres, sqlite};
-use super::inline::Handle;
+use super::inline::{Handle, Prepared};
 use super::sqlite::Watch;
 use crate::wit::worker::plugin::sql::Value;
 
@@ -74,6 +74,8 @@ impl Pool {
             watch,
             handle,
             inline: false,
+            prepared_host: Prepared::default(),
+            prepared_plugin: Prepared::default(),
             server_id: None,
         })
     }
@@ -83,6 +85,14 @@ enum Link {
     Sqlite(PoolConnection<Sqlite>),
     Postgres(PoolConnection<Postgres>),
     MySql(PoolConnection<MySql>),
+}
+
+/// Whose statement runs on a connection: the authorizer judges the two apart, so each keeps
+/// its own prepared statements.
+#[derive(Clone, Copy)]
+enum Whose {
+    Host,
+    Plugin,
 }
 
 /// A connection and where it stands.
@@ -102,6 +112,11 @@ pub(super) struct Conn {
     /// SQLite: the connection holds the write lock, so its statements run on the caller's
     /// thread (`inline.rs`).
     inline: bool,
+    /// SQLite: the statements run on the caller's thread, kept prepared for the next message,
+    /// the host's apart from the plugins' (finalized when this drops, before the connection
+    /// goes back).
+    prepared_host: Prepared,
+    prepared_plugin: Prepared,
     /// The server's id of this session (PostgreSQL's backend pid, MySQL's connection id), read
     /// at BEGIN, to cancel a statement the host gave up on.
     server_id: Option<u64>,
@@ -222,6 +237,12 @@ impl Conn {
             .await
     }
 
+    /// Ends savepoint `name`, keeping what was done under it.
+    pub(super) async fn release(&mut self, name: &str) -> Result<(), Failure> {
+        self.in_transaction_control(format!("RELEASE SAVEPOINT {name}"))
+            .await
+    }
+
     /// Undoes what was done since savepoint `name`, and ends it.
     pub(super) async fn rollback_to(&mut self, name: &str) -> Result<(), Failure> {
         let statement = format!("ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}");
@@ -248,14 +269,23 @@ impl Conn {
     }
 
     /// Runs `statement` on the caller's thread if the connection allows and the text is one
-    /// that path takes (`inline.rs`).
+    /// that path takes (`inline.rs`), kept prepared among `whose` statements for next time.
     fn try_inline(
-        &self,
+        &mut self,
+        whose: Whose,
         statement: &str,
         params: &[Value],
         want: Want,
     ) -> Option<Result<Output, Failure>> {
-        self.inline_handle()?.run(statement, params, want)
+        if !self.inline || self.busy {
+            return None;
+        }
+        let handle = self.handle.as_ref()?;
+        let prepared = match whose {
+            Whose::Host => &mut self.prepared_host,
+            Whose::Plugin => &mut self.prepared_plugin,
+        };
+        handle.run(prepared, statement, params, want)
     }
 
     /// A transaction-control statement of the host's (text protocol: PostgreSQL and MySQL take
@@ -286,7 +316,7 @@ impl Conn {
         want: Want,
     ) -> Result<Output, Failure> {
         let _host = self.watch.as_ref().map(Watch::host);
-        if let Some(done) = self.try_inline(statement, &params, want) {
+        if let Some(done) = self.try_inline(Whose::Host, statement, &params, want) {
             return done;
         }
         self.busy = true;
@@ -337,7 +367,7 @@ impl Conn {
         if let Some(watch) = &self.watch {
             watch.guest(deadline);
         }
-        let mut result = match self.try_inline(statement, &params, want) {
+        let mut result = match self.try_inline(Whose::Plugin, statement, &params, want) {
             Some(done) => done,
             None => {
                 self.busy = true;
@@ -412,6 +442,10 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
+        // Before the connection goes back to the pool, or is closed: a statement left
+        // unfinalized would keep it from closing.
+        self.prepared_host.clear();
+        self.prepared_plugin.clear();
         if !self.clean || self.busy {
             match &mut self.link {
                 Link::Sqlite(c) => c.close_on_drop(),

@@ -5,8 +5,8 @@
 //! write lock from its first statement to its commit. Now a message takes its turn on the
 //! database's one group connection instead, runs its statements under a savepoint of its own,
 //! and leaves: a message that did not answer ok (or whose record failed) is rolled back to its
-//! savepoint alone; an ok one is kept (its savepoint left open, nested under the next
-//! message's) and waits for the group's commit. The message leaving
+//! savepoint alone; an ok one is kept (its savepoint released) and waits for the group's
+//! commit. The message leaving
 //! commits the group when nobody is queued for a turn, when the group holds
 //! [`MAX_MESSAGES`], or when its first kept message has waited [`MAX_AGE`]; otherwise the next
 //! one goes on in the same transaction. A message still waiting after [`MAX_AGE`] takes a turn
@@ -175,11 +175,13 @@ impl Member {
                 store: self.store.clone(),
             });
         }
-        // A kept message's savepoint stays open until the commit ends them all: releasing it
-        // would cost one more hand-over to SQLite's thread in the turn. Savepoints of one name
-        // stack, so a rollback to it reaches back to this message's own and no further.
+        // A kept message's savepoint is released (on the caller's thread, `inline.rs`): SQLite
+        // keeps a copy of each page a message changes in its statement journal until the
+        // outermost savepoint ends, so with the group's savepoints left open the journal grew
+        // by a page per message and, past 64 KiB, became a temporary file, opened, written and
+        // removed in every group. Released, it holds one message's pages, in memory.
         let ended = if ok {
-            Ok(())
+            open.conn.release(SAVEPOINT).await
         } else {
             open.conn.rollback_to(SAVEPOINT).await
         };

@@ -14,6 +14,9 @@
 //! On SQLite the authorizer (`sqlite.rs`) checks the same rules again on what the statement
 //! actually touches; on the servers the database role's privileges remain the outer wall.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use sqlparser::dialect::{Dialect, MySqlDialect, PostgreSqlDialect, SQLiteDialect};
 use sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
 
@@ -88,6 +91,52 @@ pub(super) const HOST_TABLES: &[&str] = &["worker_inbox", "worker_outbox"];
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub(super) struct Refused(pub(super) String);
+
+/// The most statement texts a [`Checked`] remembers; past it, it starts again empty.
+const CHECKED_TEXTS: usize = 256;
+/// Longer texts are checked every time (a plugin repeats its statements; a long one is rare,
+/// and remembering it would hold its memory).
+const CHECKED_LEN: usize = 4096;
+
+/// The guard's verdicts on the statement texts of one database, remembered: a plugin sends
+/// the same few texts message after message, and tokenizing one costs more than the insert
+/// it guards. A verdict depends on nothing but the kind and the text, so it cannot go stale.
+pub(super) struct Checked {
+    kind: SqlKind,
+    verdicts: Mutex<HashMap<Box<str>, Result<Pass, Refused>>>,
+}
+
+impl Checked {
+    pub(super) fn new(kind: SqlKind) -> Checked {
+        Checked {
+            kind,
+            verdicts: Mutex::default(),
+        }
+    }
+
+    /// [`check`] on this database's kind, from memory when the text was checked before.
+    pub(super) fn check(&self, statement: &str) -> Result<Pass, Refused> {
+        if statement.len() > CHECKED_LEN {
+            return check(self.kind, statement);
+        }
+        if let Some(verdict) = self.lock().get(statement) {
+            return verdict.clone();
+        }
+        let verdict = check(self.kind, statement);
+        let mut verdicts = self.lock();
+        if verdicts.len() >= CHECKED_TEXTS {
+            verdicts.clear();
+        }
+        verdicts.insert(statement.into(), verdict.clone());
+        verdict
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Result<Pass, Refused>>> {
+        // A panic while holding it cannot leave the map half-written in a way that matters:
+        // every entry is a complete verdict.
+        self.verdicts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// Checks a plugin's statement on `kind`: the statement as it may run, or why it may not
 /// (the text of an `invalid` error).

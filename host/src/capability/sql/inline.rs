@@ -15,6 +15,7 @@
 //! script of several statements, an empty text) is not run here: [`Handle::run`] answers
 //! `None` and the caller goes through sqlx.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_int};
 use std::ptr::{self, NonNull};
 
@@ -83,26 +84,42 @@ impl Handle {
     }
 
     /// Runs one statement with its parameters: its rows or the count it changed; `None` if the
-    /// text is not one this path runs as sqlx would (see the module's comment).
+    /// text is not one this path runs as sqlx would (see the module's comment). The statement
+    /// is kept in `prepared` for the next call with the same text.
     pub(super) fn run(
         &self,
+        prepared: &mut Prepared,
         statement: &str,
         params: &[Value],
         want: Want,
     ) -> Option<Result<Output, Failure>> {
-        let stmt = match self.prepare(statement) {
-            Ok(Some(stmt)) => stmt,
-            Ok(None) => return None,
-            Err(failure) => return Some(Err(failure)),
-        };
-        let bound = stmt
-            .numbers()
-            .and_then(|numbers| {
-                count_matches(numbers.len(), params.len())?;
-                self.bind(&stmt, &numbers, params)
-            })
-            .and_then(|()| self.step(&stmt, want));
-        Some(bound)
+        if !prepared.0.contains_key(statement) {
+            let stmt = match self.prepare(statement) {
+                Ok(Some(stmt)) => stmt,
+                Ok(None) => return None,
+                Err(failure) => return Some(Err(failure)),
+            };
+            let numbers = match stmt.numbers() {
+                Ok(numbers) => numbers,
+                Err(failure) => return Some(Err(failure)),
+            };
+            if prepared.0.len() >= PREPARED {
+                prepared.0.clear();
+            }
+            prepared.0.insert(statement.into(), Entry { stmt, numbers });
+        }
+        let entry = prepared.0.get(statement)?;
+        Some(self.execute(entry, params, want))
+    }
+
+    /// Binds and steps a prepared statement, then resets it (so that it holds no lock and
+    /// no value past the call, and can run again).
+    fn execute(&self, entry: &Entry, params: &[Value], want: Want) -> Result<Output, Failure> {
+        let result = count_matches(entry.numbers.len(), params.len())
+            .and_then(|()| self.bind(&entry.stmt, &entry.numbers, params))
+            .and_then(|()| self.step(&entry.stmt, want));
+        entry.stmt.reset();
+        result
     }
 
     /// Prepares the first statement of `text`: `None` if it is empty or more than blanks
@@ -185,8 +202,10 @@ impl Handle {
     }
 
     /// Steps the statement to its end: the rows (bounded by `execute::MAX_RESULT_BYTES`) or the count.
+    /// The columns are read after the first step: a statement kept prepared is prepared again
+    /// by that step if the schema changed since (a column added, say).
     fn step(&self, stmt: &Statement, want: Want) -> Result<Output, Failure> {
-        let columns = stmt.columns();
+        let mut columns = None;
         let mut rows = Vec::new();
         let mut size = 0usize;
         loop {
@@ -194,13 +213,14 @@ impl Handle {
             match unsafe { ffi::sqlite3_step(stmt.0.as_ptr()) } {
                 ffi::SQLITE_ROW if want == Want::Affected => {}
                 ffi::SQLITE_ROW => {
-                    let values = stmt.row(&columns)?;
+                    let values = stmt.row(columns.get_or_insert_with(|| stmt.columns()))?;
                     push_bounded(&mut rows, &mut size, values)?;
                 }
                 ffi::SQLITE_DONE => break,
                 _ => return Err(self.failure()),
             }
         }
+        let columns = columns.unwrap_or_else(|| stmt.columns());
         Ok(match want {
             // SAFETY: open (see `new`); reads the count of the last statement.
             Want::Affected => Output::Affected(unsafe { ffi::sqlite3_changes64(self.db()) } as u64),
@@ -223,8 +243,39 @@ impl Handle {
     }
 }
 
+/// The most statements a [`Prepared`] keeps; past it, it starts again empty.
+const PREPARED: usize = 32;
+
+/// Statements prepared on one connection, by text: a plugin sends the same few texts message
+/// after message, the host's outbox too, and preparing one costs about what running an insert
+/// does (planning the duplicate check's join, more). One cache holds either a plugin's
+/// statements or the host's, never both, so each was judged by the authorizer as what it is
+/// (SQLite prepares one again, authorizer included, when the schema changed). The owner drops
+/// it before the connection goes back to the pool or is closed.
+#[derive(Default)]
+pub(super) struct Prepared(HashMap<Box<str>, Entry>);
+
+impl Prepared {
+    /// Finalizes every statement kept.
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// A prepared statement and its parameters' numbers.
+struct Entry {
+    stmt: Statement,
+    numbers: Vec<Option<usize>>,
+}
+
 /// A prepared statement, finalized when dropped.
 struct Statement(NonNull<ffi::sqlite3_stmt>);
+
+// SAFETY: as for `Handle`: the connection is in serialized mode, and a statement is used only
+// by the owner of its connection's `Conn`, between sqlx's operations on it.
+unsafe impl Send for Statement {}
+// SAFETY: as for `Send`; SQLite locks around every call in serialized mode.
+unsafe impl Sync for Statement {}
 
 impl Drop for Statement {
     fn drop(&mut self) {
@@ -234,6 +285,15 @@ impl Drop for Statement {
 }
 
 impl Statement {
+    /// Ends the statement's run and unbinds its parameters.
+    fn reset(&self) {
+        // SAFETY: a prepared statement; the codes repeat the last step's, already reported.
+        unsafe {
+            ffi::sqlite3_reset(self.0.as_ptr());
+            ffi::sqlite3_clear_bindings(self.0.as_ptr());
+        }
+    }
+
     /// Each parameter's number (`?NNN`, `$NNN`), `None` for a plain `?`. A name that is not a
     /// number (`:id`, `@id`, `$id`) is refused: sqlx binds none of them, nor does the host.
     fn numbers(&self) -> Result<Vec<Option<usize>>, Failure> {

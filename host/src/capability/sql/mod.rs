@@ -95,6 +95,8 @@ pub(crate) struct Database {
     reader: Option<reader::Reader>,
     /// PostgreSQL: the outbox's claimed transactions waiting for their calls.
     claims: Arc<outbox::Claims>,
+    /// The guard's verdicts on the texts plugins sent.
+    checked: guard::Checked,
 }
 
 impl Database {
@@ -144,6 +146,7 @@ impl Database {
             reader: (config.kind == SqlKind::Sqlite && !sqlite::in_memory(url))
                 .then(reader::Reader::default),
             claims: Arc::default(),
+            checked: guard::Checked::new(config.kind),
         })
     }
 
@@ -349,7 +352,10 @@ impl Instance {
         params: Vec<sql::Value>,
         want: Want,
     ) -> Result<Output, Failure> {
-        let pass = guard::check(db.pool.kind(), statement).map_err(|r| Failure::invalid(r.0))?;
+        let pass = db
+            .checked
+            .check(statement)
+            .map_err(|r| Failure::invalid(r.0))?;
         if pass == Pass::ImplicitCommit && self.statements > 0 {
             return Err(Failure::invalid(
                 "on MySQL/MariaDB this statement commits the transaction by itself: run it \

@@ -16,7 +16,7 @@ use sqlx::{ConnectOptions as _, SqlitePool};
 use tokio::sync::Mutex;
 
 use super::execute::{Output, Want};
-use super::inline::Handle;
+use super::inline::{Handle, Prepared};
 use super::sqlite::{self, Watch};
 use crate::wit::worker::plugin::sql::Value;
 
@@ -27,6 +27,9 @@ pub(super) struct Reader(Mutex<Option<Open>>);
 struct Open {
     watch: Arc<Watch>,
     handle: Handle,
+    /// The host's reads, kept prepared: planning the duplicate check's join costs more than
+    /// running it. Declared before `_conn`, so finalized before the connection closes.
+    prepared: Prepared,
     /// Kept open for `handle`, which points into it; closed when dropped.
     _conn: SqliteConnection,
 }
@@ -44,9 +47,10 @@ impl Reader {
         if open.is_none() {
             *open = Some(connect(pool).await.ok()?);
         }
-        let reader = open.as_ref()?;
+        let reader = open.as_mut()?;
         let _host = reader.watch.host();
-        match reader.handle.run(statement, params, Want::Rows)? {
+        let read = (reader.handle).run(&mut reader.prepared, statement, params, Want::Rows);
+        match read? {
             Ok(rows) => Some(rows),
             // A reader that failed may be broken: the next read opens another.
             Err(_) => {
@@ -66,6 +70,7 @@ async fn connect(pool: &SqlitePool) -> Result<Open, sqlx::Error> {
     Ok(Open {
         watch,
         handle,
+        prepared: Prepared::default(),
         _conn: conn,
     })
 }

@@ -223,3 +223,29 @@ fn only_the_listed_kinds_pass() {
     refused(MySql, "EXPLAIN ANALYZE SET @a = 1");
     refused(Postgres, "PRAGMA foreign_keys = OFF");
 }
+
+#[test]
+fn remembered_verdicts_are_the_guards() {
+    let texts = [
+        "INSERT INTO t (a) VALUES (1)",
+        "CREATE TABLE t (a INT)",
+        "SELECT * FROM worker_outbox",
+        "COMMIT",
+    ];
+    for kind in ALL {
+        let checked = super::Checked::new(kind);
+        for _ in 0..2 {
+            for sql in texts {
+                assert_eq!(checked.check(sql), check(kind, sql), "{kind:?} {sql:?}");
+            }
+        }
+    }
+    // Past the bound it starts again, and still answers as the guard does.
+    let checked = super::Checked::new(Sqlite);
+    for i in 0..super::CHECKED_TEXTS + 10 {
+        assert_eq!(checked.check(&format!("SELECT {i}")), Ok(Pass::Plain));
+    }
+    assert!(checked.check("SELECT * FROM worker_inbox").is_err());
+    let long = format!("SELECT 1{}", " ".repeat(super::CHECKED_LEN));
+    assert_eq!(checked.check(&long), Ok(Pass::Plain));
+}

@@ -144,3 +144,37 @@ async fn the_duplicate_check_sees_a_record_only_once_its_group_committed() {
     assert_eq!(first.await.expect("join"), Ok(()));
     assert_eq!(ctx.db.handled(&queue, "m-1").await, Ok(Some(Vec::new())));
 }
+
+/// A plugin's statements stay prepared on the group's connection from one message to the next;
+/// one prepared before a later message changed the table reads the table as it is now.
+#[tokio::test]
+async fn a_statement_kept_prepared_reads_the_table_as_it_is_now() {
+    let (ctx, t) = grouped(Duration::from_secs(30)).await;
+    let select = format!("SELECT * FROM {t} ORDER BY id");
+    let mut first = holding(&ctx, &t, 1).await;
+    let rows = first.query(select.clone(), vec![]).await.expect("select");
+    assert_eq!(rows.columns, ["id"]);
+    let mut second = ctx.message(Duration::from_secs(10));
+    let alter = format!("ALTER TABLE {t} ADD COLUMN note TEXT");
+    let insert = format!("INSERT INTO {t} (id, note) VALUES (?, ?)");
+    let second = tokio::spawn(async move {
+        let altered = e(second.execute(alter, vec![]).await);
+        let inserted = e(second
+            .execute(insert, vec![Value::Int(2), super::text("n")])
+            .await);
+        let rows = e(second.query(select, vec![]).await);
+        (second, altered, inserted, rows)
+    });
+    until_queued(&ctx, 1).await;
+    let first = tokio::spawn(async move { first.finish(true).await });
+    let (mut second, altered, inserted, rows) = second.await.expect("join");
+    assert!(altered.is_ok(), "{altered:?}");
+    assert_eq!(inserted, Ok(1));
+    let rows = rows.expect("select again");
+    assert_eq!(rows.columns, ["id", "note"]);
+    assert_eq!(rows.rows.len(), 2);
+    assert_eq!(second.finish(true).await, Ok(()));
+    assert_eq!(first.await.expect("join"), Ok(()));
+    assert_eq!(group(&ctx).commits().await, 1, "one commit for both");
+    assert_eq!(ctx.count(&t).await, 2);
+}
