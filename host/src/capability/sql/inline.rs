@@ -272,7 +272,8 @@ struct Entry {
 struct Statement(NonNull<ffi::sqlite3_stmt>);
 
 // SAFETY: as for `Handle`: the connection is in serialized mode, and a statement is used only
-// by the owner of its connection's `Conn`, between sqlx's operations on it.
+// by its connection's owner (a `Conn`, between sqlx's operations on it, or the outbox's reader,
+// under its lock).
 unsafe impl Send for Statement {}
 // SAFETY: as for `Send`; SQLite locks around every call in serialized mode.
 unsafe impl Sync for Statement {}
