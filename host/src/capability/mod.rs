@@ -10,7 +10,7 @@ mod reason;
 pub(crate) mod sql;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::Context as _;
@@ -19,7 +19,7 @@ use wasmtime_wasi_http::WasiHttpView;
 
 use self::reason::public_reason;
 use crate::config::{Config, KvBackend, Secret, Subscription};
-use crate::metrics::Metrics;
+use crate::metrics::{CapabilityOk, Metrics};
 
 /// The shape every capability has.
 pub(crate) trait Capability: Default + Send + 'static {
@@ -291,6 +291,8 @@ pub(crate) struct Recorder {
     store: Arc<str>,
     /// Words of the store's URL `/readyz` must not show (see [`Secret::url_words`]).
     hidden: Arc<[String]>,
+    /// Where `ok` calls count, once one was made.
+    ok: OnceLock<CapabilityOk>,
 }
 
 impl Recorder {
@@ -300,6 +302,7 @@ impl Recorder {
             capability,
             store: store.into(),
             hidden: Arc::new([]),
+            ok: OnceLock::new(),
         }
     }
 
@@ -322,6 +325,11 @@ impl Recorder {
     /// One call that began at `started`; `result` is `ok` or an error kind (`denied`,
     /// `unavailable`, `constraint`, ...).
     pub(crate) fn call(&self, started: Instant, result: &str) {
+        if result == "ok" {
+            let series = || self.metrics.capability_ok(self.capability, &self.store);
+            self.ok.get_or_init(series).observe(started.elapsed());
+            return;
+        }
         self.metrics
             .capability_call(self.capability, &self.store, result, started.elapsed());
     }

@@ -10,12 +10,14 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod capability;
 mod queue;
 #[cfg(test)]
 mod tests;
 
 use crate::telemetry;
 
+pub(crate) use capability::CapabilityOk;
 pub(crate) use queue::{QueueCounts, QueueMetrics, unix_millis};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

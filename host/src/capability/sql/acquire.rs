@@ -40,7 +40,10 @@ impl Database {
         deadline: Instant,
         first: First<'_>,
     ) -> Result<(Conn, bool), Failure> {
-        let attempt = async {
+        // Boxed: taking and starting a connection goes through sqlx's futures, kilobytes that
+        // every future awaiting this one would carry (and copy each time it moves) otherwise,
+        // though a SQLite message's turn rarely takes this way (once per group).
+        let attempt = Box::pin(async {
             let mut stale = 0;
             loop {
                 let mut conn = self.pool.acquire().await.map_err(|e| classify(&e))?;
@@ -62,7 +65,7 @@ impl Database {
                     }
                 }
             }
-        };
+        });
         match timeout_at(deadline.into(), attempt).await {
             Ok(result) => result,
             // Said to be down: a server that refuses connections keeps the pool retrying until

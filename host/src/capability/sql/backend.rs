@@ -37,6 +37,13 @@ use crate::wit::worker::plugin::sql::Value;
 /// The savepoint each PostgreSQL statement runs under.
 const SAVEPOINT: &str = "worker_host_statement";
 
+/// A savepoint's statements, written out once (kept prepared on SQLite, by their text).
+pub(super) struct Savepoint {
+    pub open: &'static str,
+    pub release: &'static str,
+    pub rollback_to: &'static str,
+}
+
 /// A database's pool: one per `[sql.NAME]`.
 pub(super) enum Pool {
     Sqlite(sqlx::SqlitePool),
@@ -231,41 +238,44 @@ impl Conn {
         Ok(())
     }
 
-    /// Opens savepoint `name` in the transaction (group commit: one per message).
-    pub(super) async fn savepoint(&mut self, name: &str) -> Result<(), Failure> {
-        self.in_transaction_control(format!("SAVEPOINT {name}"))
+    /// Runs `savepoint`'s statement that opens it in the transaction (group commit: one per
+    /// message).
+    pub(super) async fn savepoint(&mut self, savepoint: &Savepoint) -> Result<(), Failure> {
+        self.in_transaction_control(&[savepoint.open]).await
+    }
+
+    /// Ends `savepoint`, keeping what was done under it.
+    pub(super) async fn release(&mut self, savepoint: &Savepoint) -> Result<(), Failure> {
+        self.in_transaction_control(&[savepoint.release]).await
+    }
+
+    /// Undoes what was done since `savepoint`, and ends it.
+    pub(super) async fn rollback_to(&mut self, savepoint: &Savepoint) -> Result<(), Failure> {
+        self.in_transaction_control(&[savepoint.rollback_to, savepoint.release])
             .await
     }
 
-    /// Ends savepoint `name`, keeping what was done under it.
-    pub(super) async fn release(&mut self, name: &str) -> Result<(), Failure> {
-        self.in_transaction_control(format!("RELEASE SAVEPOINT {name}"))
-            .await
-    }
-
-    /// Undoes what was done since savepoint `name`, and ends it.
-    pub(super) async fn rollback_to(&mut self, name: &str) -> Result<(), Failure> {
-        let statement = format!("ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}");
-        self.in_transaction_control(statement).await
-    }
-
-    /// A transaction-control statement of the host's inside the transaction, on the caller's
-    /// thread where the connection allows.
-    async fn in_transaction_control(&mut self, statement: String) -> Result<(), Failure> {
-        if let Some(handle) = self.inline_handle() {
+    /// Transaction-control statements of the host's inside the transaction, in order: on the
+    /// caller's thread, kept prepared among the host's, where the connection allows.
+    async fn in_transaction_control(&mut self, statements: &[&str]) -> Result<(), Failure> {
+        if self.runs_inline() {
             let _host = self.watch.as_ref().map(Watch::host);
-            return handle.control(&statement);
+            for statement in statements {
+                let done = self.try_inline(Whose::Host, statement, &[], Want::Affected);
+                done.ok_or_else(|| Failure::other("not a single statement"))??;
+            }
+            return Ok(());
         }
-        self.control(statement)
+        self.control(statements.join("; "))
             .await
             .map(drop)
             .map_err(|e| classify(&e))
     }
 
-    /// The handle to run statements on the caller's thread with: SQLite holding the write
-    /// lock, and no sqlx operation cut off on the connection.
-    fn inline_handle(&self) -> Option<&Handle> {
-        self.handle.as_ref().filter(|_| self.inline && !self.busy)
+    /// Whether statements run on the caller's thread: SQLite holding the write lock, and no
+    /// sqlx operation cut off on the connection.
+    fn runs_inline(&self) -> bool {
+        self.inline && !self.busy && self.handle.is_some()
     }
 
     /// Runs `statement` on the caller's thread if the connection allows and the text is one
@@ -277,7 +287,7 @@ impl Conn {
         params: &[Value],
         want: Want,
     ) -> Option<Result<Output, Failure>> {
-        if !self.inline || self.busy {
+        if !self.runs_inline() {
             return None;
         }
         let handle = self.handle.as_ref()?;
@@ -290,15 +300,22 @@ impl Conn {
 
     /// A transaction-control statement of the host's (text protocol: PostgreSQL and MySQL take
     /// several at once); the first column of the last row it returns, if any.
+    ///
+    /// Boxed, as every way through sqlx here: its futures are kilobytes, which each future
+    /// awaiting this one would carry and copy when it moves, on the hot path too (a SQLite
+    /// message's statements run on the caller's thread and take none of these ways).
     async fn control(&mut self, statement: String) -> Result<Option<i64>, sqlx::Error> {
         let _host = self.watch.as_ref().map(Watch::host);
         self.busy = true;
-        let sql = sqlx::raw_sql(AssertSqlSafe(statement));
-        let last = match &mut self.link {
-            Link::Sqlite(c) => sql.execute(&mut **c).await.map(|_| None),
-            Link::Postgres(c) => last_int(sql.fetch_all(&mut **c).await?),
-            Link::MySql(c) => last_int(sql.fetch_all(&mut **c).await?),
-        }?;
+        let last = Box::pin(async {
+            let sql = sqlx::raw_sql(AssertSqlSafe(statement));
+            match &mut self.link {
+                Link::Sqlite(c) => sql.execute(&mut **c).await.map(|_| None),
+                Link::Postgres(c) => last_int(sql.fetch_all(&mut **c).await?),
+                Link::MySql(c) => last_int(sql.fetch_all(&mut **c).await?),
+            }
+        })
+        .await?;
         self.busy = false;
         Ok(last)
     }
@@ -320,13 +337,17 @@ impl Conn {
             return done;
         }
         self.busy = true;
-        let result = match &mut self.link {
-            Link::Sqlite(c) => sqlite(c, statement, params, want).await,
-            Link::Postgres(c) => postgres(c, statement, params, want)
-                .await
-                .map_err(Failure::lost),
-            Link::MySql(c) => mysql(c, statement, params, want).await,
-        };
+        // Boxed (see `control`).
+        let result = Box::pin(async {
+            match &mut self.link {
+                Link::Sqlite(c) => sqlite(c, statement, params, want).await,
+                Link::Postgres(c) => postgres(c, statement, params, want)
+                    .await
+                    .map_err(Failure::lost),
+                Link::MySql(c) => mysql(c, statement, params, want).await,
+            }
+        })
+        .await;
         self.savepoint_fresh = false;
         self.busy = false;
         result
@@ -371,7 +392,8 @@ impl Conn {
             Some(done) => done,
             None => {
                 self.busy = true;
-                let result = self.dispatch(statement, params, want).await;
+                // Boxed (see `control`).
+                let result = Box::pin(self.dispatch(statement, params, want)).await;
                 self.busy = false;
                 result
             }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, OwnedMutexGuard, watch};
 use tokio::time::timeout_at;
 
-use super::backend::Conn;
+use super::backend::{Conn, Savepoint};
 use super::error::{CommitError, Failure, classify};
 use super::{COMMIT_MIN, Database, First};
 
@@ -40,7 +40,11 @@ const MAX_MESSAGES: usize = 64;
 const MAX_AGE: Duration = Duration::from_millis(5);
 /// Each message's statements run under this savepoint (a plugin cannot name savepoints: the
 /// guard refuses transaction control).
-const SAVEPOINT: &str = "worker_host_message";
+const SAVEPOINT: Savepoint = Savepoint {
+    open: "SAVEPOINT worker_host_message",
+    release: "RELEASE SAVEPOINT worker_host_message",
+    rollback_to: "ROLLBACK TO SAVEPOINT worker_host_message",
+};
 
 /// The group connection of one SQLite database, and who waits for a turn on it.
 pub(super) struct Group {
@@ -141,7 +145,7 @@ impl Group {
             max_age: self.max_age,
             store,
         };
-        let begun = member.conn().savepoint(SAVEPOINT).await;
+        let begun = member.conn().savepoint(&SAVEPOINT).await;
         if let Err(e) = begun {
             let why = super::error::message(&e.error);
             member.fail_group(&format!("cannot open a savepoint: {why}"));
@@ -181,9 +185,9 @@ impl Member {
         // by a page per message and, past 64 KiB, became a temporary file, opened, written and
         // removed in every group. Released, it holds one message's pages, in memory.
         let ended = if ok {
-            open.conn.release(SAVEPOINT).await
+            open.conn.release(&SAVEPOINT).await
         } else {
-            open.conn.rollback_to(SAVEPOINT).await
+            open.conn.rollback_to(&SAVEPOINT).await
         };
         if let Err(e) = ended {
             let why = format!("savepoint: {}", super::error::message(&e.error));

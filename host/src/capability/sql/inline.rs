@@ -16,7 +16,7 @@
 //! `None` and the caller goes through sqlx.
 
 use std::collections::HashMap;
-use std::ffi::{CStr, CString, c_int};
+use std::ffi::{CStr, c_int};
 use std::ptr::{self, NonNull};
 
 use libsqlite3_sys as ffi;
@@ -61,26 +61,6 @@ impl Handle {
     pub(super) fn in_transaction(&self) -> bool {
         // SAFETY: open (see `new`); the call only reads the connection's state.
         unsafe { ffi::sqlite3_get_autocommit(self.db()) == 0 }
-    }
-
-    /// Runs the host's own statement(s) `sql`, which return no rows that matter.
-    pub(super) fn control(&self, sql: &str) -> Result<(), Failure> {
-        let sql = CString::new(sql).map_err(|_| Failure::other("a NUL in a statement"))?;
-        // SAFETY: open (see `new`); `sql` is NUL-terminated; no callback, no error string.
-        let rc = unsafe {
-            ffi::sqlite3_exec(
-                self.db(),
-                sql.as_ptr(),
-                None,
-                ptr::null_mut(),
-                ptr::null_mut(),
-            )
-        };
-        if rc == ffi::SQLITE_OK {
-            Ok(())
-        } else {
-            Err(self.failure())
-        }
     }
 
     /// Runs one statement with its parameters: its rows or the count it changed; `None` if the
