@@ -90,6 +90,12 @@ use process::*;
 
 const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const PREFETCH: u16 = 100;
+/// Messages per run, at most, of the scenarios that run a few thousand msgs/s or fewer (the
+/// capability rows, fresh Python and JS, the Python peers, the mixed host), so that a large
+/// `--messages` lengthens the fast scenarios' windows (tens of thousands of msgs/s: at 10,000
+/// messages a run lasted a third of a second, and single runs of one row moved by half) without
+/// making the slow ones last minutes.
+const SLOW_MESSAGES: u64 = 20_000;
 const OK_WAT: &str = r#"(module (memory (export "memory") 1)
   (func (export "worker_abi_v1")) (func (export "worker_handle") (result i32) i32.const 0))"#;
 /// Retry on the first call, ok on the second (reads meta "attempt").
@@ -162,7 +168,8 @@ async fn bench(args: Args) {
     let user_monitor = root.join("plugins/user_monitor.wasm");
     let n = args.messages;
     println!(
-        "messages per run: {n}, persistent, 256 B bodies (1 KiB JSON for d), prefetch {PREFETCH}, median of {} runs",
+        "messages per run: {n} ({} at most for k, fresh p and j, q and m), persistent, 256 B bodies (1 KiB JSON for d), prefetch {PREFETCH}, median of {} runs",
+        n.min(SLOW_MESSAGES),
         args.runs
     );
 
@@ -421,7 +428,7 @@ async fn bench(args: Args) {
             after: &host_bin,
             before: before_bin.as_deref(),
         };
-        caps = caps::bench(bins, &probe, n.min(5_000), args.runs, &mut compared).await;
+        caps = caps::bench(bins, &probe, n.min(SLOW_MESSAGES), args.runs, &mut compared).await;
     }
     if let Some(bin) = &before_bin {
         compared.print(bin);

@@ -95,19 +95,12 @@ impl Ctx<'_> {
         }
     }
 
-    async fn component(&self, file: &str, reuse: bool, letter: char) -> f64 {
+    async fn component(&self, file: &str, reuse: bool, letter: char, n: u64) -> f64 {
         let path = self.plugin(file);
         let extra = self.extra(reuse);
-        host_with(
-            self.bin,
-            Plugin::File(&path),
-            self.n,
-            self.json,
-            letter,
-            &extra,
-        )
-        .await
-        .rate
+        host_with(self.bin, Plugin::File(&path), n, self.json, letter, &extra)
+            .await
+            .rate
     }
 }
 
@@ -116,11 +109,13 @@ pub(super) async fn run(ctx: &Ctx<'_>, on: impl Fn(char) -> bool, out: &mut Resu
     if on('r') {
         out.push(
             RUST,
-            ctx.component(super::setup::JSON_RUST, false, 'r').await,
+            ctx.component(super::setup::JSON_RUST, false, 'r', ctx.n)
+                .await,
         );
         out.push(
             RUST_REUSE,
-            ctx.component(super::setup::JSON_RUST, true, 'r').await,
+            ctx.component(super::setup::JSON_RUST, true, 'r', ctx.n)
+                .await,
         );
     }
     for (letter, file, reuse, fresh) in [
@@ -128,13 +123,15 @@ pub(super) async fn run(ctx: &Ctx<'_>, on: impl Fn(char) -> bool, out: &mut Resu
         ('j', super::setup::JSON_JS, JS_REUSE, JS_FRESH),
     ] {
         if on(letter) {
-            out.push(reuse, ctx.component(file, true, letter).await);
-            out.push(fresh, ctx.component(file, false, letter).await);
+            out.push(reuse, ctx.component(file, true, letter, ctx.n).await);
+            let slow = ctx.n.min(SLOW_MESSAGES);
+            out.push(fresh, ctx.component(file, false, letter, slow).await);
         }
     }
     if on('q') {
-        out.push(CELERY, peer("celery", ctx.n, ctx.json));
-        out.push(DRAMATIQ, peer("dramatiq", ctx.n, ctx.json));
+        let slow = ctx.n.min(SLOW_MESSAGES);
+        out.push(CELERY, peer("celery", slow, ctx.json));
+        out.push(DRAMATIQ, peer("dramatiq", slow, ctx.json));
     }
     if on('m') {
         for (name, reuse) in [("fresh", false), ("reuse", true)] {
@@ -226,7 +223,7 @@ async fn mix(ctx: &Ctx<'_>, reuse: bool) -> (u64, f64) {
         let host = start_subs(ctx.bin, &subs, &prefix, &extra.sections);
         wait_ready(&host.admin).await;
     }
-    let each = (ctx.n / 8).max(1);
+    let each = (ctx.n.min(SLOW_MESSAGES) / 8).max(1);
     for sub in &subs {
         fill(&ch, &sub.queue, each, ctx.json).await;
     }
