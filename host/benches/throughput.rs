@@ -167,10 +167,10 @@ async fn bench(args: Args) {
     let mut compared = before::Table::default();
     let user_monitor = root.join("plugins/user_monitor.wasm");
     let n = args.messages;
+    let slow = n.min(SLOW_MESSAGES);
     println!(
         "messages per run: {n} ({} at most for k, fresh p and j, q and m), persistent, 256 B bodies (1 KiB JSON for d), prefetch {PREFETCH}, median of {} runs",
-        n.min(SLOW_MESSAGES),
-        args.runs
+        slow, args.runs
     );
 
     let body = vec![b'x'; 256];
@@ -191,6 +191,7 @@ async fn bench(args: Args) {
         bin: &host_bin,
         root: &root,
         n,
+        slow,
         json: &json,
         state: &state,
     };
@@ -428,7 +429,7 @@ async fn bench(args: Args) {
             after: &host_bin,
             before: before_bin.as_deref(),
         };
-        caps = caps::bench(bins, &probe, n.min(SLOW_MESSAGES), args.runs, &mut compared).await;
+        caps = caps::bench(bins, &probe, slow, args.runs, &mut compared).await;
     }
     if let Some(bin) = &before_bin {
         compared.print(bin);

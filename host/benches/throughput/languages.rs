@@ -67,6 +67,8 @@ pub(super) struct Ctx<'a> {
     pub(super) bin: &'a Path,
     pub(super) root: &'a Path,
     pub(super) n: u64,
+    /// Messages per run of the slow scenarios (fresh Python and JS, the peers, the mixed host).
+    pub(super) slow: u64,
     pub(super) json: &'a [u8],
     pub(super) state: &'a Path,
 }
@@ -124,14 +126,12 @@ pub(super) async fn run(ctx: &Ctx<'_>, on: impl Fn(char) -> bool, out: &mut Resu
     ] {
         if on(letter) {
             out.push(reuse, ctx.component(file, true, letter, ctx.n).await);
-            let slow = ctx.n.min(SLOW_MESSAGES);
-            out.push(fresh, ctx.component(file, false, letter, slow).await);
+            out.push(fresh, ctx.component(file, false, letter, ctx.slow).await);
         }
     }
     if on('q') {
-        let slow = ctx.n.min(SLOW_MESSAGES);
-        out.push(CELERY, peer("celery", slow, ctx.json));
-        out.push(DRAMATIQ, peer("dramatiq", slow, ctx.json));
+        out.push(CELERY, peer("celery", ctx.slow, ctx.json));
+        out.push(DRAMATIQ, peer("dramatiq", ctx.slow, ctx.json));
     }
     if on('m') {
         for (name, reuse) in [("fresh", false), ("reuse", true)] {
@@ -223,7 +223,7 @@ async fn mix(ctx: &Ctx<'_>, reuse: bool) -> (u64, f64) {
         let host = start_subs(ctx.bin, &subs, &prefix, &extra.sections);
         wait_ready(&host.admin).await;
     }
-    let each = (ctx.n.min(SLOW_MESSAGES) / 8).max(1);
+    let each = (ctx.slow / 8).max(1);
     for sub in &subs {
         fill(&ch, &sub.queue, each, ctx.json).await;
     }
